@@ -1,0 +1,30 @@
+"""Builds a ready-to-start Engine for a servable config and a checkpoint.
+
+Servers (tenor serve, the model server) call only this, so they never import torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tenor.engine.api import Engine
+from tenor.registry import ServableConfig
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Serving knobs that are not part of the servable config."""
+
+    kv_cache_bytes: int | None = None  # KV budget; None: sized from the config's batch and context
+    max_waiting: int = 256  # bounded queue: more waiting requests get OverloadedError
+    quantize_kv_cache: bool = False  # int8 KV cache
+    warmup: bool = True
+
+
+def create_engine(servable: ServableConfig, checkpoint: str | None, options: EngineOptions = EngineOptions()) -> Engine:
+    """An engine for `servable` with weights from `checkpoint` (None: random test weights or
+    the config's default checkpoint). Loading happens in `await engine.start()`."""
+    # Until the real engine lands this serves the mock; the signature is the contract.
+    from tenor.engine.mock_engine import MockEngine
+
+    return MockEngine(model_name=servable.name, max_waiting=options.max_waiting)
