@@ -41,12 +41,21 @@ class UnloadResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class UpdateLoadedRequest(_message.Message):
-    __slots__ = ("model_name", "checkpoint")
+    __slots__ = ("model_name", "checkpoint", "overrides")
+    class OverridesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDES_FIELD_NUMBER: _ClassVar[int]
     model_name: str
     checkpoint: str
-    def __init__(self, model_name: _Optional[str] = ..., checkpoint: _Optional[str] = ...) -> None: ...
+    overrides: _containers.ScalarMap[str, str]
+    def __init__(self, model_name: _Optional[str] = ..., checkpoint: _Optional[str] = ..., overrides: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class UpdateLoadedResponse(_message.Message):
     __slots__ = ()

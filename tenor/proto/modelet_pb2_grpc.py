@@ -62,7 +62,8 @@ class ModeletServicer:
     def Load(self, request, context):
         """Loads a model. Returns once the engine has started (OK) or failed (an error status
         whose message is the reason, also kept as failure_reason in GetStatus).
-        Idempotent: loading a name that is LOADING or LOADED with the same spec waits for it.
+        Idempotent: loading a name that is LOADING or LOADED with the same spec waits for it;
+        loading a name that is FAILED tries again.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -76,8 +77,9 @@ class ModeletServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpdateLoaded(self, request, context):
-        """Reloads a loaded model from another checkpoint. Only a checkpoint change does this;
-        replica-count changes never call it.
+        """Reloads a loaded model with a new checkpoint and/or overrides (the full new values).
+        Status is LOADING meanwhile, then LOADED or FAILED. Only an Update of the checkpoint or
+        of serving overrides calls it; replica-count changes never do.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
