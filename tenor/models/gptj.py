@@ -1,0 +1,81 @@
+"""GPT-J, the SAX seed's model: attention and MLP in parallel off one LayerNorm, partial
+rotary ("rotate every two") on the first rotary_dim dims of each head, biases as in HF."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tenor.models.config import ModelConfig
+from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
+from tenor.models.llama import WeightTaker
+
+
+class GPTJBlock(nn.Module):
+    def __init__(self, config: ModelConfig, index: int) -> None:
+        super().__init__()
+        self.index = index
+        self.config = config
+        d = config.hidden_size
+        self.ln_weight = nn.Parameter(torch.ones(d), requires_grad=False)
+        self.ln_bias = nn.Parameter(torch.zeros(d), requires_grad=False)
+        self.qkv = ParallelLinear(d, 3 * d, bias=False, parallel="column")
+        self.o = ParallelLinear(d, d, bias=False, parallel="row")
+        self.fc_in = ParallelLinear(d, config.intermediate_size, bias=True, parallel="column")
+        self.fc_out = ParallelLinear(config.intermediate_size, d, bias=True, parallel="row")
+
+    def forward(self, x: torch.Tensor, rotary: Rotary, cos: torch.Tensor, sin: torch.Tensor,
+                cache: PagedKVCache, batch: AttentionBatch) -> torch.Tensor:
+        c = self.config
+        h = F.layer_norm(x, (c.hidden_size,), self.ln_weight, self.ln_bias, c.norm_eps)
+        t = h.shape[0]
+        qkv = self.qkv(h).view(t, 3 * c.num_heads, c.head_dim)
+        qk = rotary.apply(qkv[:, : 2 * c.num_heads], cos, sin)
+        q, k, v = qk[:, : c.num_heads], qk[:, c.num_heads:], qkv[:, 2 * c.num_heads:]
+        attn = self.o(paged_attention(q, k, v, cache, self.index, batch).reshape(t, c.hidden_size))
+        mlp = self.fc_out(F.gelu(self.fc_in(h), approximate="tanh"))
+        return x + attn + mlp
+
+
+class GPTJModel(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size), requires_grad=False)
+        self.layers = nn.ModuleList(GPTJBlock(config, i) for i in range(config.num_layers))
+        self.ln_f_weight = nn.Parameter(torch.ones(config.hidden_size), requires_grad=False)
+        self.ln_f_bias = nn.Parameter(torch.zeros(config.hidden_size), requires_grad=False)
+        self.lm_head = ParallelLinear(config.hidden_size, config.vocab_size, bias=True, parallel="column")
+        assert config.rotary_dim is not None  # validated by ModelConfig
+        self.rotary = Rotary(config.rotary_dim, config.max_position_embeddings, config.rope_theta,
+                             None, interleaved=True)
+
+    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+        c = self.config
+        take = WeightTaker(weights)
+        d = (c.hidden_size,)
+
+        def param(name: str, shape: tuple[int, ...]) -> nn.Parameter:
+            return nn.Parameter(take.float(name, shape).to(dtype), requires_grad=False)
+
+        self.embed = param("embed.weight", (c.vocab_size, c.hidden_size))
+        for i, block in enumerate(self.layers):
+            p = f"layers.{i}."
+            block.ln_weight, block.ln_bias = param(p + "ln.weight", d), param(p + "ln.bias", d)
+            for name in ("attn.qkv", "attn.o", "mlp.fc_in", "mlp.fc_out"):
+                take.linear(getattr(block, name.split(".")[1]), p + name, dtype)
+        self.ln_f_weight, self.ln_f_bias = param("ln_f.weight", d), param("ln_f.bias", d)
+        take.linear(self.lm_head, "lm_head", dtype)
+        self.rotary.to_dtype(dtype)
+        take.check_all_used()
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
+                batch: AttentionBatch, logits_rows: torch.Tensor) -> torch.Tensor:
+        x = F.embedding(input_ids, self.embed)
+        cos, sin = self.rotary.tables(positions)
+        for block in self.layers:
+            x = block(x, self.rotary, cos, sin, cache, batch)
+        x = x.index_select(0, logits_rows)
+        x = F.layer_norm(x, (self.config.hidden_size,), self.ln_f_weight, self.ln_f_bias, self.config.norm_eps)
+        return self.lm_head(x).float()

@@ -1,0 +1,244 @@
+"""Building blocks shared by the model families: linears that can be sharded, rotary
+embeddings, and attention over a paged KV cache.
+
+Shapes use letters: T tokens in the step (all sequences flattened), D model width,
+H query heads, K kv heads, E head dim, S context length, B sequences.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tenor.models.config import ModelConfig, RopeScaling
+
+
+class ParallelLinear(nn.Module):
+    """A linear layer that holds its shard of the weight.
+
+    `parallel="column"` splits output features across ranks (no communication);
+    `parallel="row"` splits input features and needs an all-reduce of the output, done by
+    `reduce` (a no-op at world size 1). Weights may be float or int8 with per-row scales.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, parallel: str = "column",
+                 reduce=None) -> None:
+        super().__init__()
+        if parallel not in ("column", "row"):
+            raise ValueError(f"parallel must be 'column' or 'row', got {parallel!r}")
+        self.in_features, self.out_features, self.parallel = in_features, out_features, parallel
+        self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
+        self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
+        self.weight_scale: torch.Tensor | None = None
+        self._reduce = reduce
+
+    def load(self, weight: torch.Tensor, dtype: torch.dtype, scale: torch.Tensor | None = None,
+             bias: torch.Tensor | None = None) -> None:
+        if tuple(weight.shape) != (self.out_features, self.in_features):
+            raise ValueError(
+                f"weight shape {tuple(weight.shape)} does not match ({self.out_features}, {self.in_features})"
+            )
+        if scale is not None:  # int8 weight-only: keep int8, multiply the scale in after the matmul
+            self.weight = nn.Parameter(weight.to(torch.int8).contiguous(), requires_grad=False)
+            self.weight_scale = scale.to(dtype).contiguous()
+        else:
+            self.weight = nn.Parameter(weight.to(dtype).contiguous(), requires_grad=False)
+            self.weight_scale = None
+        if self.bias is not None:
+            if bias is None:
+                raise ValueError("missing bias")
+            self.bias = nn.Parameter(bias.to(dtype).contiguous(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight_scale is None:
+            out = F.linear(x, self.weight, self.bias)
+        else:
+            out = int8_linear(x, self.weight, self.weight_scale)
+            if self.bias is not None:
+                out = out + self.bias
+        if self._reduce is not None:
+            out = self._reduce(out)
+        return out
+
+
+def int8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x @ (weight * scale[:, None]).T without materialising the float weight."""
+    if x.dtype in (torch.bfloat16, torch.float32) and x.device.type == "cpu":
+        # A fused CPU kernel for int8 weights with per-channel scales.
+        flat = x.reshape(-1, x.shape[-1])
+        out = torch.ops.aten._weight_int8pack_mm(flat, weight, scale.to(x.dtype))
+        return out.reshape(*x.shape[:-1], weight.shape[0])
+    return F.linear(x, weight.to(x.dtype)) * scale
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> torch.Tensor:
+    """Inverse frequencies for rotary embeddings, with Llama 3.1 or linear scaling."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    if scaling is None:
+        return inv_freq
+    if scaling.rope_type == "linear":
+        return inv_freq / scaling.factor
+    # llama3: long wavelengths are slowed by `factor`, short ones kept, the band between blended.
+    low_wavelen = scaling.original_max_position_embeddings / scaling.low_freq_factor
+    high_wavelen = scaling.original_max_position_embeddings / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (scaling.original_max_position_embeddings / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    blended = (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq
+    out = torch.where(wavelen > low_wavelen, inv_freq / scaling.factor, blended)
+    return torch.where(wavelen < high_wavelen, inv_freq, out)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding as cos/sin tables over `rot_dim` dims of each head.
+
+    `interleaved=False` is Llama's "rotate half" (pairs (i, i + rot_dim/2));
+    `interleaved=True` is GPT-J's "rotate every two" (pairs (2i, 2i+1)). Both are applied as
+    x * cos + (x @ R) * sin, where R is a fixed signed permutation: one small matmul instead
+    of a chain of slices and concatenations.
+    """
+
+    def __init__(self, rot_dim: int, max_positions: int, theta: float, scaling: RopeScaling | None,
+                 interleaved: bool) -> None:
+        super().__init__()
+        self.rot_dim = rot_dim
+        inv_freq = rope_inv_freq(rot_dim, theta, scaling)
+        angles = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)  # [P, rot/2]
+        if interleaved:
+            angles = angles.repeat_interleave(2, dim=-1)
+        else:
+            angles = torch.cat([angles, angles], dim=-1)
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+        rotate = torch.zeros(rot_dim, rot_dim)
+        half = rot_dim // 2
+        for i in range(half):
+            if interleaved:  # (x0, x1) -> (-x1, x0)
+                rotate[2 * i + 1, 2 * i] = -1.0
+                rotate[2 * i, 2 * i + 1] = 1.0
+            else:  # (a, b) -> (-b, a)
+                rotate[i + half, i] = -1.0
+                rotate[i, i + half] = 1.0
+        self.register_buffer("rotate", rotate, persistent=False)
+
+    def to_dtype(self, dtype: torch.dtype) -> None:
+        self.cos, self.sin, self.rotate = self.cos.to(dtype), self.sin.to(dtype), self.rotate.to(dtype)
+
+    def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin for the step's positions, shaped [T, 1, rot_dim] to broadcast over heads."""
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+
+    def apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x: [T, heads, E]; rotates the first rot_dim dims of every head."""
+        if self.rot_dim == x.shape[-1]:
+            return x * cos + (x @ self.rotate) * sin
+        rot, rest = x[..., : self.rot_dim], x[..., self.rot_dim:]
+        return torch.cat([rot * cos + (rot @ self.rotate) * sin, rest], dim=-1)
+
+
+@dataclass
+class PrefillSpan:
+    """One sequence's chunk of new prompt tokens inside the step's flat token batch."""
+
+    start: int  # first row in the step's token batch
+    length: int  # new tokens in this chunk
+    num_cached: int  # tokens of this sequence already in the KV cache before the chunk
+    context_slots: torch.Tensor | None  # [num_cached + length] cache slots, None when num_cached == 0
+
+
+@dataclass
+class AttentionBatch:
+    """Where the step's tokens sit in the KV cache. Built once per step, read by every layer.
+
+    The first `num_decode` rows are decode tokens (one per sequence); prefill spans follow.
+    """
+
+    slot_mapping: torch.Tensor  # [T] cache slot each new token's k/v is written to
+    num_decode: int
+    decode_slots: torch.Tensor | None  # [B, S] cache slots of each decode sequence's context
+    decode_mask: torch.Tensor | None  # [B, 1, 1, S] True where the slot is part of the context
+    prefills: list[PrefillSpan]
+
+
+class PagedKVCache:
+    """K and V for every layer in blocks: one tensor [layers, 2, blocks * block_size, K, E].
+
+    Slots are `block * block_size + offset`. With `quantized=True` k/v are int8 with one
+    float scale per (slot, kv head), which halves the cache against bf16.
+    """
+
+    def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype, quantized: bool = False) -> None:
+        self.num_blocks, self.block_size, self.quantized, self.dtype = num_blocks, block_size, quantized, dtype
+        slots = num_blocks * block_size
+        store = torch.int8 if quantized else dtype
+        self.kv = torch.zeros(num_layers, 2, slots, num_kv_heads, head_dim, dtype=store)
+        self.scales = torch.ones(num_layers, 2, slots, num_kv_heads, 1, dtype=dtype) if quantized else None
+
+    @staticmethod
+    def bytes_per_slot(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
+                       quantized: bool) -> int:
+        item = 1 if quantized else torch.empty(0, dtype=dtype).element_size()
+        scale = torch.empty(0, dtype=dtype).element_size() if quantized else 0
+        return num_layers * 2 * num_kv_heads * (head_dim * item + scale)
+
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        kv = torch.stack([k, v])  # [2, T, K, E]
+        if self.quantized:
+            scale = kv.abs().amax(dim=-1, keepdim=True).clamp(min=1e-6) / 127.0
+            self.scales[layer].index_copy_(1, slots, scale.to(self.dtype))
+            kv = torch.round(kv / scale).to(torch.int8)
+        self.kv[layer].index_copy_(1, slots, kv)
+
+    def read(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v at `slots` (any shape [..]) -> [.., K, E] each."""
+        flat = slots.reshape(-1)
+        kv = self.kv[layer].index_select(1, flat)
+        if self.quantized:
+            kv = kv.to(self.dtype) * self.scales[layer].index_select(1, flat)
+        kv = kv.reshape(2, *slots.shape, *kv.shape[-2:])
+        return kv[0], kv[1]
+
+
+def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: PagedKVCache, layer: int,
+                    batch: AttentionBatch) -> torch.Tensor:
+    """q: [T, H, E], k/v: [T, K, E] for the step's new tokens -> attention output [T, H, E].
+
+    Writes the new k/v into the cache, then attends each token to its own sequence's
+    context: decode tokens in one batched call, prefill chunks one sequence at a time.
+    """
+    cache.write(layer, batch.slot_mapping, k, v)
+    num_heads, num_kv = q.shape[1], k.shape[1]
+    group = num_heads // num_kv
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    out = torch.empty_like(q)
+    nd = batch.num_decode
+    if nd:
+        ck, cv = cache.read(layer, batch.decode_slots)  # [B, S, K, E]
+        # Each kv head serves `group` query heads: treat them as the group's query rows.
+        qd = q[:nd].view(nd, num_kv, group, -1)
+        od = F.scaled_dot_product_attention(qd, ck.transpose(1, 2), cv.transpose(1, 2),
+                                            attn_mask=batch.decode_mask, scale=scale)
+        out[:nd] = od.reshape(nd, num_heads, -1)
+    for span in batch.prefills:
+        rows = slice(span.start, span.start + span.length)
+        qp = q[rows].transpose(0, 1)  # [H, L, E]
+        if span.context_slots is None:
+            kp, vp = k[rows], v[rows]
+            mask, causal = None, True
+        else:
+            kp, vp = cache.read(layer, span.context_slots)
+            total = span.num_cached + span.length
+            mask = torch.ones(span.length, total, dtype=torch.bool).tril(diagonal=span.num_cached)
+            causal = False
+        kp = kp.transpose(0, 1).repeat_interleave(group, dim=0)
+        vp = vp.transpose(0, 1).repeat_interleave(group, dim=0)
+        op = F.scaled_dot_product_attention(qp, kp.to(qp.dtype), vp.to(qp.dtype), attn_mask=mask,
+                                            is_causal=causal, scale=scale)
+        out[rows] = op.transpose(0, 1)
+    return out

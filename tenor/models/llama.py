@@ -1,0 +1,121 @@
+"""The Llama family (Llama 2 / 3.x, Mistral-style, SmolLM2): RMSNorm, rotary, grouped-query
+attention, SwiGLU. Weight names are tenor's (see tenor/models/config.py)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tenor.models.config import ModelConfig
+from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, config: ModelConfig, index: int) -> None:
+        super().__init__()
+        self.index = index
+        self.config = config
+        d = config.hidden_size
+        self.attn_norm = nn.Parameter(torch.ones(d), requires_grad=False)
+        self.mlp_norm = nn.Parameter(torch.ones(d), requires_grad=False)
+        self.qkv = ParallelLinear(d, config.q_size + 2 * config.kv_size, bias=False, parallel="column")
+        self.o = ParallelLinear(config.q_size, d, bias=False, parallel="row")
+        self.gate_up = ParallelLinear(d, 2 * config.intermediate_size, bias=False, parallel="column")
+        self.down = ParallelLinear(config.intermediate_size, d, bias=False, parallel="row")
+
+    def forward(self, x: torch.Tensor, rotary: Rotary, cos: torch.Tensor, sin: torch.Tensor,
+                cache: PagedKVCache, batch: AttentionBatch) -> torch.Tensor:
+        c = self.config
+        h = F.rms_norm(x, (c.hidden_size,), self.attn_norm, c.norm_eps)
+        qkv = self.qkv(h)
+        t = qkv.shape[0]
+        # q and k rotate together: one rotary call over [T, H + K, E].
+        qk = rotary.apply(qkv[:, : c.q_size + c.kv_size].view(t, -1, c.head_dim), cos, sin)
+        q, k = qk[:, : c.num_heads], qk[:, c.num_heads:]
+        v = qkv[:, c.q_size + c.kv_size:].view(t, c.num_kv_heads, c.head_dim)
+        attn = paged_attention(q, k, v, cache, self.index, batch)
+        x = x + self.o(attn.reshape(t, c.q_size))
+        h = F.rms_norm(x, (c.hidden_size,), self.mlp_norm, c.norm_eps)
+        gate, up = self.gate_up(h).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size), requires_grad=False)
+        self.layers = nn.ModuleList(LlamaBlock(config, i) for i in range(config.num_layers))
+        self.norm = nn.Parameter(torch.ones(config.hidden_size), requires_grad=False)
+        self.lm_head = ParallelLinear(config.hidden_size, config.vocab_size, bias=False, parallel="column")
+        self.rotary = Rotary(config.head_dim, config.max_position_embeddings, config.rope_theta,
+                             config.rope_scaling, interleaved=False)
+
+    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+        c = self.config
+        take = WeightTaker(weights)
+        self.embed = nn.Parameter(take.float("embed.weight", (c.vocab_size, c.hidden_size)).to(dtype),
+                                  requires_grad=False)
+        for i, block in enumerate(self.layers):
+            p = f"layers.{i}."
+            block.attn_norm = nn.Parameter(take.float(p + "attn_norm.weight", (c.hidden_size,)).to(dtype),
+                                           requires_grad=False)
+            block.mlp_norm = nn.Parameter(take.float(p + "mlp_norm.weight", (c.hidden_size,)).to(dtype),
+                                          requires_grad=False)
+            for name in ("attn.qkv", "attn.o", "mlp.gate_up", "mlp.down"):
+                take.linear(getattr(block, name.split(".")[1]), p + name, dtype)
+        self.norm = nn.Parameter(take.float("norm.weight", (c.hidden_size,)).to(dtype), requires_grad=False)
+        if c.tie_word_embeddings:
+            self.lm_head.load(self.embed.data, dtype)
+        else:
+            take.linear(self.lm_head, "lm_head", dtype)
+        self.rotary.to_dtype(dtype)
+        take.check_all_used()
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
+                batch: AttentionBatch, logits_rows: torch.Tensor) -> torch.Tensor:
+        """Runs the step; returns float32 logits [R, V] for the rows in `logits_rows`."""
+        x = F.embedding(input_ids, self.embed)
+        cos, sin = self.rotary.tables(positions)
+        for block in self.layers:
+            x = block(x, self.rotary, cos, sin, cache, batch)
+        x = x.index_select(0, logits_rows)
+        x = F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.norm_eps)
+        return self.lm_head(x).float()
+
+
+class WeightTaker:
+    """Hands out checkpoint tensors by name with shape checks, and notices leftovers."""
+
+    def __init__(self, weights: dict[str, torch.Tensor]) -> None:
+        self.weights = weights
+        self.used: set[str] = set()
+
+    def get(self, name: str) -> torch.Tensor:
+        if name not in self.weights:
+            raise ValueError(f"checkpoint is missing tensor {name!r}")
+        self.used.add(name)
+        return self.weights[name]
+
+    def float(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        tensor = self.get(name)
+        if tuple(tensor.shape) != shape:
+            raise ValueError(f"tensor {name!r} has shape {tuple(tensor.shape)}, expected {shape}")
+        return tensor
+
+    def linear(self, layer: ParallelLinear, prefix: str, dtype: torch.dtype) -> None:
+        weight = self.float(prefix + ".weight", (layer.out_features, layer.in_features))
+        scale = self.get(prefix + ".weight_scale") if prefix + ".weight_scale" in self.weights else None
+        bias = self.float(prefix + ".bias", (layer.out_features,)) if layer.bias is not None else None
+        if scale is None and weight.dtype == torch.int8:
+            raise ValueError(f"int8 tensor {prefix}.weight has no {prefix}.weight_scale")
+        try:
+            layer.load(weight, dtype, scale=scale, bias=bias)
+        except ValueError as exc:
+            raise ValueError(f"{prefix}: {exc}") from None
+
+    def check_all_used(self) -> None:
+        extra = sorted(set(self.weights) - self.used)
+        if extra:
+            raise ValueError(f"checkpoint has tensors the model does not use: {', '.join(extra[:5])}")
