@@ -13,29 +13,12 @@ from typing import AsyncIterator
 import grpc
 import pytest
 
-from tenor.engine.api import EngineUnavailableError, HealthState
 from tenor.engine.mock_engine import MockEngine
 from tenor.proto import lm_pb2, lm_pb2_grpc
-from tenor.server.lm_service import LMService, ModelNotServedError, ReadyModel, sampling_from_extra
+from tenor.server.lm_service import LMService, sampling_from_extra
+from tests.server.lm_servers import FakeModels
 
 MODEL = "/tenor/test/lm"
-
-
-class FakeModels:
-    """ModelLookup over a dict of engines; records latencies."""
-
-    def __init__(self, engines: dict[str, MockEngine], tokenized: bool = False) -> None:
-        self.engines = engines
-        self.tokenized = tokenized
-        self.latencies: list[float] = []
-
-    def ready(self, model_key: str) -> ReadyModel:
-        if model_key not in self.engines:
-            raise ModelNotServedError(f"{model_key} is not served here")
-        engine = self.engines[model_key]
-        if engine.health() is not HealthState.READY:
-            raise EngineUnavailableError(f"{model_key} is {engine.health().value}")
-        return ReadyModel(engine, self.tokenized, self.latencies.append)
 
 
 @contextlib.asynccontextmanager
