@@ -24,7 +24,6 @@ class EngineOptions:
 def create_engine(servable: ServableConfig, checkpoint: str | None, options: EngineOptions = EngineOptions()) -> Engine:
     """An engine for `servable` with weights from `checkpoint` (None: random test weights or
     the config's default checkpoint). Loading happens in `await engine.start()`."""
-    # Until the real engine lands this serves the mock; the signature is the contract.
-    from tenor.engine.mock_engine import MockEngine
+    from tenor.engine.llm_engine import LLMEngine  # imports torch: only when an engine is made
 
-    return MockEngine(model_name=servable.name, max_waiting=options.max_waiting)
+    return LLMEngine(servable, checkpoint, options)

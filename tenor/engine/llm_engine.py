@@ -1,0 +1,302 @@
+"""The real engine: continuous batching on a background thread behind the async contract.
+
+The event loop (HTTP, gRPC) calls `generate`/`score`; they hand work to the step thread
+through a lock-protected inbox and receive outputs on per-request asyncio queues. The step
+thread loops schedule -> run -> sample -> emit, one batched forward per step. torch releases
+the GIL inside its kernels, so the event loop keeps serving while a step runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from typing import AsyncIterator, Sequence as Seq
+
+import torch
+
+from tenor.engine.api import (
+    EngineLimits, EngineStats, EngineUnavailableError, GenerateRequest, HealthState,
+    InvalidRequestError, OverloadedError, RequestOutput, SamplingParams,
+)
+from tenor.engine.block_manager import BlockManager
+from tenor.engine.factory import EngineOptions
+from tenor.engine.model_loader import LoadedModel, load_model
+from tenor.engine.request_state import RequestState
+from tenor.engine.runner import ModelRunner
+from tenor.engine.sampling import sample
+from tenor.engine.scheduler import Scheduler, SchedulerConfig
+from tenor.engine.sequence import Sequence
+from tenor.models.layers import PagedKVCache
+from tenor.registry import ServableConfig
+
+log = logging.getLogger(__name__)
+
+BLOCK_SIZE = 16
+STUCK_AFTER_S = 30.0
+_request_ids = itertools.count()
+
+
+class LLMEngine:
+    def __init__(self, servable: ServableConfig, checkpoint: str | None, options: EngineOptions) -> None:
+        self.servable = servable
+        self.model_name = servable.name
+        self.limits = EngineLimits(servable.max_prefill_predict_length, servable.max_target_length)
+        self.tokenizer = None  # set once loaded
+        self._checkpoint = checkpoint
+        self._options = options
+        self._state = HealthState.LOADING
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._inbox: list[RequestState] = []
+        self._aborts: list[str] = []
+        self._requests: dict[str, RequestState] = {}  # owned by the step thread
+        self._in_flight = 0  # requests accepted and not yet finished (any thread, under _lock)
+        self._thread: threading.Thread | None = None
+        self._last_progress = time.monotonic()
+        self._prompt_tokens = 0
+        self._generated_tokens = 0
+
+    # ---- lifecycle -------------------------------------------------------------------
+    async def start(self) -> None:
+        loaded = await asyncio.to_thread(load_model, self.servable, self._checkpoint)
+        self._setup(loaded)
+        self._thread = threading.Thread(target=self._loop, name=f"tenor-engine-{self.model_name}", daemon=True)
+        self._thread.start()
+        if self._options.warmup:
+            await self._warmup()
+        self._state = HealthState.READY
+
+    def _setup(self, loaded: LoadedModel) -> None:
+        cfg = loaded.config
+        self.tokenizer = loaded.tokenizer
+        self._eos = tuple(sorted(set(cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids)))
+        per_slot = PagedKVCache.bytes_per_slot(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, loaded.dtype,
+                                               self._options.quantize_kv_cache)
+        budget = self._options.kv_cache_bytes or default_kv_bytes(self.servable, per_slot)
+        num_blocks = max(budget // (per_slot * BLOCK_SIZE), 1)
+        if num_blocks * BLOCK_SIZE < self.servable.max_target_length:
+            raise ValueError(
+                f"the KV cache budget ({budget} bytes) holds {num_blocks * BLOCK_SIZE} tokens, fewer than "
+                f"max_target_length ({self.servable.max_target_length})"
+            )
+        self.kv_cache_bytes = num_blocks * BLOCK_SIZE * per_slot
+        cache = PagedKVCache(cfg.num_layers, num_blocks, BLOCK_SIZE, cfg.num_kv_heads, cfg.head_dim,
+                             loaded.dtype, quantized=self._options.quantize_kv_cache)
+        self._blocks = BlockManager(num_blocks, BLOCK_SIZE)
+        batched = max(512, self.servable.max_batch_size)
+        self._scheduler = Scheduler(SchedulerConfig(self.servable.max_batch_size, batched), self._blocks)
+        self._runner = ModelRunner(loaded.model, cache)
+
+    async def _warmup(self) -> None:
+        prompt = tuple(range(3, 3 + min(16, self.limits.max_prefill_predict_length)))
+        request = GenerateRequest("warmup", prompt, SamplingParams(max_tokens=2, ignore_eos=True))
+        async for _ in self._submit(request, check=False):
+            pass
+
+    async def stop(self, drain_timeout_s: float = 0.0) -> None:
+        if self._state is HealthState.STOPPED:
+            return
+        self._state = HealthState.STOPPED
+        deadline = time.monotonic() + drain_timeout_s
+        while self._in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        with self._lock:
+            self._aborts.extend(self._requests.keys())
+            self._aborts.extend(r.key for r in self._inbox)
+        self._wake.set()
+        await asyncio.sleep(0.05)
+        self._running = False
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 5.0)
+
+    def health(self) -> HealthState:
+        if self._state is HealthState.READY:
+            if self._thread is None or not self._thread.is_alive():
+                return HealthState.STUCK
+            if self._in_flight and time.monotonic() - self._last_progress > STUCK_AFTER_S:
+                return HealthState.STUCK
+        return self._state
+
+    def stats(self) -> EngineStats:
+        sched = getattr(self, "_scheduler", None)
+        blocks = getattr(self, "_blocks", None)
+        return EngineStats(
+            num_running=len(sched.running) if sched else 0,
+            num_waiting=len(sched.waiting) + len(self._inbox) if sched else 0,
+            kv_cache_usage=blocks.usage if blocks else 0.0,
+            prefix_cache_queries=blocks.prefix_queries if blocks else 0,
+            prefix_cache_hits=blocks.prefix_hits if blocks else 0,
+            num_preemptions=sched.num_preemptions if sched else 0,
+            prompt_tokens_total=self._prompt_tokens,
+            generation_tokens_total=self._generated_tokens,
+        )
+
+    # ---- requests --------------------------------------------------------------------
+    def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]:
+        return self._submit(request, check=True)
+
+    def _submit(self, request: GenerateRequest, check: bool) -> AsyncIterator[RequestOutput]:
+        if check:
+            self._admit_check(len(request.prompt_token_ids), request.sampling)
+        state = RequestState(request, asyncio.get_running_loop(), self.tokenizer, self._eos,
+                             self.limits.max_target_length)
+        self._enqueue(state)
+        return self._stream(state)
+
+    def _admit_check(self, num_prompt_tokens: int, sampling: SamplingParams) -> None:
+        if self._state is not HealthState.READY:
+            raise EngineUnavailableError(f"engine is {self._state.value}")
+        self.limits.check(num_prompt_tokens, sampling)
+        with self._lock:
+            if self._in_flight >= self.servable.max_batch_size + self._options.max_waiting:
+                raise OverloadedError(
+                    f"server overloaded: {self._in_flight} requests in flight "
+                    f"({self.servable.max_batch_size} running + {self._options.max_waiting} waiting max)"
+                )
+
+    def _enqueue(self, state: RequestState) -> None:
+        with self._lock:
+            self._in_flight += 1
+            self._inbox.append(state)
+        self._wake.set()
+
+    async def _stream(self, state: RequestState) -> AsyncIterator[RequestOutput]:
+        finished = False
+        try:
+            while True:
+                item = await state.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finished:
+                    finished = True
+                    return
+        finally:
+            if not finished:  # the caller went away: free its slots and KV now
+                with self._lock:
+                    self._aborts.append(state.key)
+                self._wake.set()
+
+    async def score(self, prefix_token_ids: Seq[int], suffix_token_ids: Seq[int]) -> float:
+        prefix = list(prefix_token_ids)
+        if not prefix:
+            bos = getattr(self.tokenizer, "bos_token_id", None)
+            if bos is None:
+                raise InvalidRequestError("the prefix is empty and the model has no BOS token to score from")
+            prefix = [bos]
+        if not suffix_token_ids:
+            raise InvalidRequestError("the suffix is empty")
+        total = len(prefix) + len(suffix_token_ids)
+        self._admit_check(min(total, self.limits.max_prefill_predict_length), SamplingParams(max_tokens=1))
+        if total > self.limits.max_prefill_predict_length:
+            raise InvalidRequestError(
+                f"prefix + suffix is {total} tokens; this model scores at most "
+                f"{self.limits.max_prefill_predict_length}"
+            )
+        request = GenerateRequest(f"score-{next(_request_ids)}", tuple(prefix) + tuple(suffix_token_ids),
+                                  SamplingParams(max_tokens=1))
+        state = RequestState(request, asyncio.get_running_loop(), self.tokenizer, self._eos,
+                             self.limits.max_target_length, score_from=len(prefix))
+        self._enqueue(state)
+        last = None
+        async for output in self._stream(state):
+            last = output
+        assert last is not None and state.score is not None
+        return state.score
+
+    # ---- the step thread -------------------------------------------------------------
+    def _loop(self) -> None:
+        torch.set_grad_enabled(False)
+        self._running = True
+        while self._running:
+            self._drain_inbox()
+            if not self._scheduler.has_work():
+                self._last_progress = time.monotonic()
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            try:
+                self._step()
+            except Exception as exc:  # a bug or OOM: fail the step's requests, keep serving
+                log.exception("engine step failed")
+                self._fail_all(exc)
+            self._last_progress = time.monotonic()
+
+    def _drain_inbox(self) -> None:
+        with self._lock:
+            inbox, self._inbox = self._inbox, []
+            aborts, self._aborts = self._aborts, []
+        for state in inbox:
+            self._requests[state.key] = state
+            for seq in state.sequences():
+                self._scheduler.add(seq)
+            self._prompt_tokens += len(state.request.prompt_token_ids)
+        for request_id in aborts:
+            state = self._requests.get(request_id)
+            if state is not None:
+                state.abort()
+                self._retire(state)
+
+    def _step(self) -> None:
+        plan = self._scheduler.schedule()
+        if not plan.chunks:
+            self._wake.wait(0.01)
+            return
+        out = self._runner.run(plan)
+        self._scheduler.commit(plan)
+        touched: dict[str, RequestState] = {}
+        sample_rows: list[int] = []
+        sample_seqs: list[Sequence] = []
+        for seq, rows in group_rows(out.rows).items():
+            state = self._requests[seq.request_id]
+            touched[state.key] = state
+            if seq.score_from is None:
+                sample_rows.append(rows[-1])
+                sample_seqs.append(seq)
+                continue
+            targets = torch.tensor([seq.token_ids[out.rows[r][1] + 1] for r in rows])
+            logprobs = torch.log_softmax(out.logits[rows], dim=-1)
+            seq.score_logprobs.extend(logprobs.gather(1, targets[:, None])[:, 0].tolist())
+            if seq.num_computed == len(seq.token_ids):
+                state.finish_score(seq)
+        if sample_seqs:
+            states = [self._requests[seq.request_id] for seq in sample_seqs]
+            picks = sample(out.logits[sample_rows], [seq.sampling for seq in sample_seqs],
+                           [st.generator(seq) for st, seq in zip(states, sample_seqs)])
+            for state, seq, pick in zip(states, sample_seqs, picks):
+                self._generated_tokens += 1
+                if state.add_token(seq, pick):
+                    self._scheduler.finish(seq)
+        for state in touched.values():
+            if state.finished:  # retire first, so stats never count a request already answered
+                self._retire(state)
+            state.flush()
+
+    def _retire(self, state: RequestState) -> None:
+        for seq in state.seqs:
+            self._scheduler.finish(seq)
+        self._requests.pop(state.key, None)
+        with self._lock:
+            self._in_flight -= 1
+
+    def _fail_all(self, exc: Exception) -> None:
+        for state in list(self._requests.values()):
+            state.fail(EngineUnavailableError(f"engine step failed: {exc}"))
+            self._retire(state)
+
+
+def group_rows(rows: list[tuple[Sequence, int]]) -> dict[Sequence, list[int]]:
+    grouped: dict[Sequence, list[int]] = {}
+    for i, (seq, _) in enumerate(rows):
+        grouped.setdefault(seq, []).append(i)
+    return grouped
+
+
+def default_kv_bytes(servable: ServableConfig, bytes_per_token: int) -> int:
+    """Enough for every slot at full context, capped at 2 GiB (set --kv-cache-gb for more)."""
+    want = servable.max_batch_size * servable.max_target_length * bytes_per_token
+    return min(want, 2 << 30)

@@ -1,0 +1,66 @@
+"""Loads what an engine serves: the model weights and the tokenizer for a servable config."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from tenor.engine.api import Tokenizer
+from tenor.errors import UserError
+from tenor.models.config import ModelConfig
+from tenor.models.model import build_model, parse_dtype, random_weights
+from tenor.registry import ServableConfig
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module
+    config: ModelConfig
+    tokenizer: Tokenizer
+    dtype: torch.dtype
+
+
+def resolve_checkpoint(servable: ServableConfig, checkpoint: str | None) -> str | None:
+    """The checkpoint path to read, or None for random weights."""
+    if checkpoint in (None, "", "None"):
+        if servable.random_weights:
+            return None
+        if servable.default_checkpoint == "default":
+            from tenor.checkpoints.default_model import default_gguf_path
+
+            return str(default_gguf_path())
+        raise UserError(f"{servable.name} needs a checkpoint; only test.* configs run with None")
+    if not Path(checkpoint).exists():
+        raise UserError(f"checkpoint {checkpoint} does not exist")
+    return checkpoint
+
+
+def load_model(servable: ServableConfig, checkpoint: str | None) -> LoadedModel:
+    dtype = parse_dtype(servable.dtype)
+    path = resolve_checkpoint(servable, checkpoint)
+    if path is None:
+        config = servable.model
+        weights = random_weights(config, servable.seed)
+        tokenizer_path = None
+    else:
+        from tenor.checkpoints.loader import load_any
+
+        loaded = load_any(path)
+        config, weights, tokenizer_path = loaded.config, loaded.weights, loaded.tokenizer_path
+        # The checkpoint decides the shapes; the servable config only how to serve them.
+        if config.max_position_embeddings < servable.max_target_length:
+            config = dataclasses.replace(config, max_position_embeddings=servable.max_target_length)
+    model = build_model(config, weights, dtype)
+    return LoadedModel(model, config, _load_tokenizer(servable, tokenizer_path), dtype)
+
+
+def _load_tokenizer(servable: ServableConfig, path: Path | None) -> Tokenizer:
+    from tenor import tokenizer
+
+    if servable.tokenizer == "bytes" or path is None:
+        return tokenizer.byte_tokenizer()
+    return tokenizer.load_tokenizer(path)

@@ -1,0 +1,93 @@
+"""One request's state on the step thread: its sequences (one per sample), their text, and
+the asyncio queue its caller reads. Outputs cross threads with call_soon_threadsafe."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+import torch
+
+from tenor.engine.api import FinishReason, GenerateRequest, RequestOutput, SampleDelta, TokenLogprob, Tokenizer
+from tenor.engine.output import SampleText
+from tenor.engine.sampling import SampledToken, make_generator
+from tenor.engine.sequence import Sequence
+
+_keys = itertools.count()
+
+
+class RequestState:
+    def __init__(self, request: GenerateRequest, loop: asyncio.AbstractEventLoop, tokenizer: Tokenizer,
+                 eos_token_ids: tuple[int, ...], max_target_length: int, score_from: int | None = None) -> None:
+        self.request = request
+        self.key = f"r{next(_keys)}"  # unique inside the engine, whatever ids callers send
+        self.loop = loop
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.score_from = score_from
+        self.score: float | None = None
+        n = 1 if score_from is not None else request.sampling.n
+        now = time.monotonic()
+        prompt = list(request.prompt_token_ids)
+        self.seqs = [Sequence(self.key, i, list(prompt), len(prompt), request.sampling, now, score_from)
+                     for i in range(n)]
+        self._texts = [SampleText(tokenizer, request.sampling, eos_token_ids, max_target_length) for _ in range(n)]
+        self._generators = [make_generator(request.sampling, i) for i in range(n)]
+        self._done = [False] * n
+        self._pending: list[SampleDelta] = []
+
+    @property
+    def finished(self) -> bool:
+        return all(self._done)
+
+    def sequences(self) -> list[Sequence]:
+        return self.seqs
+
+    def generator(self, seq: Sequence) -> torch.Generator | None:
+        return self._generators[seq.sample_index]
+
+    def add_token(self, seq: Sequence, pick: SampledToken) -> bool:
+        """Appends a sampled token; returns True when this sample has finished."""
+        i = seq.sample_index
+        seq.token_ids.append(pick.token_id)
+        seq.cumulative_logprob += pick.logprob
+        delta = self._texts[i].add(pick.token_id, len(seq.token_ids))
+        logprobs = ()
+        if self.request.sampling.logprobs is not None:
+            logprobs = (TokenLogprob(pick.token_id, pick.logprob, pick.top),)
+        self._pending.append(SampleDelta(i, (pick.token_id,), delta.text, seq.cumulative_logprob, logprobs,
+                                         delta.finish_reason))
+        self._done[i] = delta.finish_reason is not None
+        return self._done[i]
+
+    def finish_score(self, seq: Sequence) -> None:
+        self.score = float(sum(seq.score_logprobs))
+        self._done[seq.sample_index] = True
+        self._pending.append(SampleDelta(0, (), "", self.score, (), FinishReason.STOP))
+
+    def abort(self) -> None:
+        for i, done in enumerate(self._done):
+            if not done:
+                delta = self._texts[i].abort()
+                self._pending.append(SampleDelta(i, (), delta.text, self.seqs[i].cumulative_logprob, (),
+                                                 FinishReason.ABORT))
+                self._done[i] = True
+        self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        output = RequestOutput(self.request.request_id, tuple(self._pending), len(self.request.prompt_token_ids),
+                               self.finished)
+        self._pending = []
+        self._post(output)
+
+    def fail(self, exc: Exception) -> None:
+        self._done = [True] * len(self._done)
+        self._post(exc)
+
+    def _post(self, item: object) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the caller's loop is closed: nobody is listening
+            pass

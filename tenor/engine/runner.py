@@ -1,0 +1,83 @@
+"""Carries out a StepPlan on the model: one forward over every token of the step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from tenor.engine.scheduler import Chunk, StepPlan
+from tenor.engine.sequence import Sequence
+from tenor.models.layers import AttentionBatch, PagedKVCache, PrefillSpan
+
+
+@dataclass
+class StepOutput:
+    logits: torch.Tensor  # [R, V] float32
+    rows: list[tuple[Sequence, int]]  # (sequence, position) each logits row predicts after
+
+
+class ModelRunner:
+    def __init__(self, model: nn.Module, cache: PagedKVCache) -> None:
+        self.model = model
+        self.cache = cache
+        self.block_size = cache.block_size
+        self._offsets = torch.arange(self.block_size)
+
+    @torch.inference_mode()
+    def run(self, plan: StepPlan) -> StepOutput:
+        decodes = [c for c in plan.chunks if c.is_decode]
+        prefills = [c for c in plan.chunks if not c.is_decode]
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        rows: list[tuple[Sequence, int]] = []
+        logits_rows: list[int] = []
+        for chunk in decodes + prefills:
+            base = len(ids)
+            seq, start, end = chunk.seq, chunk.start, chunk.start + chunk.length
+            ids.extend(seq.token_ids[start:end])
+            positions.extend(range(start, end))
+            slots.extend(self._slot(seq.block_table, p) for p in range(start, end))
+            for pos in seq.wants_logits_rows(start, chunk.length):
+                logits_rows.append(base + pos - start)
+                rows.append((seq, pos))
+        batch = AttentionBatch(
+            slot_mapping=torch.tensor(slots),
+            num_decode=len(decodes),
+            decode_slots=None,
+            decode_mask=None,
+            prefills=[],
+        )
+        if decodes:
+            batch.decode_slots, batch.decode_mask = self._decode_context(decodes)
+        offset = len(decodes)
+        for chunk in prefills:
+            context = None
+            if chunk.start > 0:
+                context = self._context_slots(chunk.seq.block_table, chunk.start + chunk.length)
+            batch.prefills.append(PrefillSpan(offset, chunk.length, chunk.start, context))
+            offset += chunk.length
+        logits = self.model(torch.tensor(ids), torch.tensor(positions), self.cache, batch,
+                            torch.tensor(logits_rows, dtype=torch.long))
+        return StepOutput(logits, rows)
+
+    def _slot(self, block_table: list[int], position: int) -> int:
+        return block_table[position // self.block_size] * self.block_size + position % self.block_size
+
+    def _context_slots(self, block_table: list[int], length: int) -> torch.Tensor:
+        blocks = torch.tensor(block_table[: -(-length // self.block_size)])
+        return (blocks[:, None] * self.block_size + self._offsets).reshape(-1)[:length]
+
+    def _decode_context(self, decodes: list[Chunk]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cache slots [B, S] of each decoding sequence's context and its mask [B, 1, 1, S]."""
+        lengths = [c.start + 1 for c in decodes]
+        max_blocks = -(-max(lengths) // self.block_size)
+        table = torch.zeros(len(decodes), max_blocks, dtype=torch.long)
+        for i, chunk in enumerate(decodes):
+            blocks = chunk.seq.block_table[:max_blocks]
+            table[i, : len(blocks)] = torch.tensor(blocks)
+        slots = (table[:, :, None] * self.block_size + self._offsets).reshape(len(decodes), -1)
+        mask = torch.arange(slots.shape[1])[None, :] < torch.tensor(lengths)[:, None]
+        return slots, mask[:, None, None, :]
