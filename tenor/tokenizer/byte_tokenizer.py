@@ -1,0 +1,88 @@
+"""The tokenizer of random-weight test models: UTF-8 bytes as ids (byte + 3; 0 pad, 1 BOS,
+2 EOS), the same ids and chat format as the mock engine's, with the full Tokenizer surface."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from tenor.engine.mock_engine import BYTE_OFFSET
+from tenor.engine.mock_engine import ByteTokenizer as MockByteTokenizer
+from tenor.errors import UserError
+from tenor.tokenizer.chat_template import ChatTemplate
+
+PAD_ID, BOS_ID = 0, 1
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>")  # by id; EOS is mock_engine.EOS_ID
+# The mock engine's chat format ("role: content" lines, then "assistant:") as a template,
+# so that messages are checked and rendered exactly as for a real model.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+class Utf8ByteTokenizer(MockByteTokenizer):
+    bos_token_id: int | None = BOS_ID
+    pad_token_id: int | None = PAD_ID
+    chat_template: str | None = CHAT_TEMPLATE
+    adds_bos = False
+
+    def __init__(self) -> None:
+        self._template = ChatTemplate(CHAT_TEMPLATE, {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"})
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if not isinstance(text, str):
+            raise UserError(f"text to encode must be a string, got {type(text).__name__}")
+        return super().encode(text, add_special_tokens)
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Ids past the 259 byte ids decode to nothing (a test model's vocabulary may be padded)."""
+        ids = list(token_ids)
+        for i in ids:
+            if not isinstance(i, int) or i < 0:
+                raise UserError(f"token ids must be non-negative integers, got {i!r}")
+        if skip_special_tokens:
+            return super().decode([i for i in ids if i < self.vocab_size])
+        # Bytes between special tokens are decoded as runs, so a character split over
+        # several ids still comes out whole.
+        parts, run = [], []
+        for i in ids:
+            if i < BYTE_OFFSET:
+                parts += [super().decode(run), SPECIAL_TOKENS[i]]
+                run = []
+            elif i < self.vocab_size:
+                run.append(i)
+        return "".join(parts) + super().decode(run)
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self._template.render(messages, add_generation_prompt)
+
+    def encode_chat(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        return self.encode(self.apply_chat_template(messages, add_generation_prompt), add_special_tokens=False)
+
+    def token_to_id(self, token: str) -> int | None:
+        if token in SPECIAL_TOKENS:
+            return SPECIAL_TOKENS.index(token)
+        if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+            try:
+                return int(token[3:5], 16) + BYTE_OFFSET
+            except ValueError:
+                return None
+        return None
+
+    def id_to_token(self, token_id: int) -> str | None:
+        if 0 <= token_id < BYTE_OFFSET:
+            return SPECIAL_TOKENS[token_id]
+        if BYTE_OFFSET <= token_id < self.vocab_size:
+            return f"<0x{token_id - BYTE_OFFSET:02X}>"
+        return None
+
+    def is_special(self, token_id: int) -> bool:
+        return 0 <= token_id < BYTE_OFFSET
+
+    def save(self, directory: str | Path) -> None:
+        raise UserError("the byte tokenizer of test models has no files to save")
+
+
+def byte_tokenizer() -> Utf8ByteTokenizer:
+    return Utf8ByteTokenizer()
