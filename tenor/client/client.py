@@ -103,7 +103,8 @@ class Model:
         self._replicas = Replicas(options.addresses)
         self._channels = _Channels()
         self._watcher: LocationWatcher | None = None
-        self._admin = None
+        self._admin = None  # AdminClient, once watching
+        self._location_watch = None  # its LocationWatch, closed to end the watcher's stream
         self._lock = threading.Lock()
 
     def lm(self) -> "LanguageModel":
@@ -113,6 +114,8 @@ class Model:
         with self._lock:
             if self._watcher is not None:
                 self._watcher.stop()
+            if self._location_watch is not None:
+                self._location_watch.close()
             if self._admin is not None:
                 self._admin.close()
         self._channels.close()
@@ -143,21 +146,25 @@ class Model:
                 from tenor.admin.naming import parse_model_name
                 from tenor.client.admin_client import AdminClient, resolve_root
 
-                cell = str(parse_model_name(self.name).cell_name)
-                self._admin = AdminClient(resolve_root(self.options.root), cell)
+                self._admin = AdminClient(resolve_root(self.options.root), parse_model_name(self.name).cell_name)
                 self._watcher = LocationWatcher(self.name, self._watch_addresses, self._replicas).start()
 
     def _watch_addresses(self, name: str) -> Iterator[tuple[str, ...]]:
         from tenor.client.admin_client import AdminError
 
-        assert self._admin is not None and self._watcher is not None
+        assert self._admin is not None
+        watch = self._admin.watch_loc(name)
+        with self._lock:
+            self._location_watch = watch
         try:
-            for update in self._admin.watch_loc(name, self._watcher.stopped):
-                yield tuple(update.addresses)
+            for update in watch:
+                yield update.addresses
         except AdminError as exc:
             if exc.code == grpc.StatusCode.NOT_FOUND:
                 raise ModelNotFoundError(str(exc)) from None
             raise
+        finally:
+            watch.close()
 
 
 def rpc_error(exc: grpc.RpcError) -> Exception:

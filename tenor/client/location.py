@@ -165,11 +165,6 @@ class LocationWatcher:
         self._thread.start()
         return self
 
-    @property
-    def stopped(self) -> threading.Event:
-        """Set once stop() was called; a watch function may wait on it."""
-        return self._stopped
-
     def stop(self) -> None:
         self._stopped.set()
 

@@ -53,6 +53,7 @@ class ReadyModel:
     engine: Engine
     tokenized: bool  # requests and responses are comma-separated token ids
     record_latency: Callable[[float], None]  # seconds a request took, for status percentiles
+    record_failure: Callable[[], None]  # a request that ended with an error
 
 
 class ModelLookup(Protocol):
@@ -138,6 +139,7 @@ class LMService(lm_pb2_grpc.LMServiceServicer):
 
     async def Generate(self, request: lm_pb2.GenerateRequest, context: grpc.aio.ServicerContext) -> lm_pb2.GenerateResponse:
         started = time.monotonic()
+        model = None
         try:
             model = self._models.ready(request.model_key)
             codec = TextCodec(model)
@@ -145,6 +147,8 @@ class LMService(lm_pb2_grpc.LMServiceServicer):
             async for output in _run(model, codec, request):
                 _accumulate(samples, output, codec)
         except Exception as exc:
+            if model is not None:
+                model.record_failure()
             await _abort_if_known(context, exc)
             raise
         model.record_latency(time.monotonic() - started)
@@ -155,6 +159,7 @@ class LMService(lm_pb2_grpc.LMServiceServicer):
         self, request: lm_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[lm_pb2.GenerateStreamResponse]:
         started = time.monotonic()
+        model = None
         try:
             model = self._models.ready(request.model_key)
             codec = TextCodec(model)
@@ -162,16 +167,21 @@ class LMService(lm_pb2_grpc.LMServiceServicer):
             async for output in _run(model, codec, request):
                 yield _stream_response(samples, output, codec)
         except Exception as exc:
+            if model is not None:
+                model.record_failure()
             await _abort_if_known(context, exc)
             raise
         model.record_latency(time.monotonic() - started)
 
     async def Score(self, request: lm_pb2.ScoreRequest, context: grpc.aio.ServicerContext) -> lm_pb2.ScoreResponse:
         started = time.monotonic()
+        model = None
         try:
             model = self._models.ready(request.model_key)
             logps = await _score(model, request)
         except Exception as exc:
+            if model is not None:
+                model.record_failure()
             await _abort_if_known(context, exc)
             raise
         model.record_latency(time.monotonic() - started)

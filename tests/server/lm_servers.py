@@ -20,6 +20,7 @@ class FakeModels:
         self.engines = engines
         self.tokenized = tokenized
         self.latencies: list[float] = []
+        self.failures = 0
 
     def ready(self, model_key: str) -> ReadyModel:
         if model_key not in self.engines:
@@ -27,7 +28,10 @@ class FakeModels:
         engine = self.engines[model_key]
         if engine.health() is not HealthState.READY:
             raise EngineUnavailableError(f"{model_key} is {engine.health().value}")
-        return ReadyModel(engine, self.tokenized, self.latencies.append)
+        return ReadyModel(engine, self.tokenized, self.latencies.append, self._failed)
+
+    def _failed(self) -> None:
+        self.failures += 1
 
 
 class LMServerThread:
