@@ -1,0 +1,71 @@
+"""Cell roots: `file://DIR` (or a plain directory path), `etcd://HOST:PORT[/prefix]`, `memory://NAME`."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from tenor.admin.naming import CellName
+from tenor.admin.store.base import (AdminLocation, CellState, CellStore, Leadership, LostLeadership,
+                                    ModelSpec, StoreError)
+from tenor.errors import UserError
+
+ROOT_ENV = "TENOR_ROOT"
+
+__all__ = ["AdminLocation", "CellState", "CellStore", "Leadership", "LostLeadership", "ModelSpec",
+           "RootSpec", "StoreError", "open_store", "parse_root", "resolve_root", "ROOT_ENV"]
+
+_ETCD = re.compile(r"^etcd://(?P<host>[A-Za-z0-9_.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})(?P<prefix>(/[A-Za-z0-9_.\-]+)*)/?$")
+
+
+@dataclass(frozen=True)
+class RootSpec:
+    kind: str  # "file", "etcd" or "memory"
+    location: str  # directory, "host:port" or memory name
+    prefix: str = ""  # etcd key prefix, "" or "/a/b"
+
+
+def parse_root(root: str) -> RootSpec:
+    if root.startswith("etcd://"):
+        match = _ETCD.match(root)
+        if not match or not 0 < int(match["port"]) < 65536:
+            raise UserError(f"bad cell root {root!r}: expected etcd://HOST:PORT[/prefix]")
+        return RootSpec("etcd", f"{match['host']}:{match['port']}", match["prefix"] or "")
+    if root.startswith("memory://"):
+        name = root[len("memory://"):]
+        if not name:
+            raise UserError(f"bad cell root {root!r}: expected memory://NAME")
+        return RootSpec("memory", name)
+    if "://" in root and not root.startswith("file://"):
+        raise UserError(f"unsupported cell root {root!r}: use file://DIR, a directory, or etcd://HOST:PORT[/prefix]")
+    path = root[len("file://"):] if root.startswith("file://") else root
+    if not path:
+        raise UserError(f"bad cell root {root!r}: expected file://DIR")
+    return RootSpec("file", os.path.abspath(os.path.expanduser(path)))
+
+
+def resolve_root(root: str | None) -> str:
+    """The --root value, else $TENOR_ROOT; a one-line error when neither is set."""
+    value = root or os.environ.get(ROOT_ENV, "")
+    if not value:
+        raise UserError(f"no cell root: pass --root (file://DIR or etcd://HOST:PORT) or set {ROOT_ENV}")
+    parse_root(value)
+    return value
+
+
+def open_store(root: str, cell: CellName, *, etcd_ttl_s: int | None = None) -> CellStore:
+    spec = parse_root(root)
+    if spec.kind == "etcd":
+        from tenor.admin.store.etcd import DEFAULT_TTL_S, EtcdCellStore
+
+        return EtcdCellStore(spec.location, spec.prefix, cell, etcd_ttl_s or DEFAULT_TTL_S)
+    if spec.kind == "memory":
+        from tenor.admin.store.memory import MemoryCellStore
+
+        return MemoryCellStore(spec.location, cell)
+    from tenor.admin.store.file import FileCellStore
+
+    if not os.path.isdir(spec.location):
+        raise UserError(f"cell root {spec.location} is not a directory (create it first)")
+    return FileCellStore(spec.location, cell)

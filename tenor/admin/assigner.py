@@ -1,0 +1,178 @@
+"""The assigner: a pure planner that decides which model server holds which replica.
+
+No I/O: the manager hands it what it believes (servers with capacity and the models they
+hold, published models with their replica counts and memory needs) and gets back a Plan
+of loads and unloads. Rules, in SAX's experimental assigner's spirit but stricter:
+
+- A replica that is LOADING or LOADED stays where it is; healthy replicas are never moved
+  to rebalance, so a replica-count change reloads nothing that serves.
+- Too many replicas: remove not-yet-serving (LOADING) ones first, then those on the
+  fullest servers.
+- Too few: biggest models first; each replica goes to the eligible server with the most
+  free memory (spreading load), where eligible means it can serve the config, has every
+  constraint tag (its platform counts as a tag), has room, and the model has not failed
+  there in this generation.
+- Models that are no longer published are unloaded wherever they are.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Sequence
+
+
+class ReplicaStatus(str, enum.Enum):
+    LOADING = "LOADING"
+    LOADED = "LOADED"
+    FAILED = "FAILED"
+    UNLOADING = "UNLOADING"
+
+
+# Statuses that take memory on a server. A FAILED load holds nothing.
+_OCCUPYING = (ReplicaStatus.LOADING, ReplicaStatus.LOADED, ReplicaStatus.UNLOADING)
+_HOLDING = (ReplicaStatus.LOADING, ReplicaStatus.LOADED)
+
+
+@dataclass(frozen=True)
+class ServerView:
+    address: str
+    memory_bytes: int
+    platform: str = "cpu"
+    tags: frozenset[str] = frozenset()
+    servable_configs: frozenset[str] = frozenset()  # empty: every config
+    models: tuple[tuple[str, ReplicaStatus], ...] = ()  # (model name, status), as the admin believes
+
+    def status_of(self, model: str) -> ReplicaStatus | None:
+        return next((s for name, s in self.models if name == model), None)
+
+    def can_serve(self, config_name: str, constraints: frozenset[str]) -> bool:
+        configs_ok = not self.servable_configs or config_name in self.servable_configs
+        return configs_ok and constraints <= (self.tags | {self.platform})
+
+
+@dataclass(frozen=True)
+class ModelDemand:
+    name: str
+    config_name: str
+    replicas: int
+    memory_bytes: int
+    constraints: frozenset[str] = frozenset()
+    failed_on: frozenset[str] = frozenset()  # servers where this generation failed to load
+    gave_up: bool = False  # load attempts exhausted: place nothing new
+
+
+@dataclass(frozen=True, order=True)
+class Action:
+    model: str
+    server: str
+
+
+@dataclass(frozen=True, order=True)
+class Shortfall:
+    model: str
+    missing: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    loads: tuple[Action, ...] = ()
+    unloads: tuple[Action, ...] = ()
+    shortfalls: tuple[Shortfall, ...] = ()
+
+    def render(self) -> str:
+        """Sorted text, one action per line: what tests compare."""
+        lines = [f"load {a.model} on {a.server}" for a in self.loads]
+        lines += [f"unload {a.model} from {a.server}" for a in self.unloads]
+        lines += [f"short {s.model} by {s.missing}: {s.reason}" for s in self.shortfalls]
+        return "\n".join(sorted(lines))
+
+
+@dataclass
+class _Room:
+    """Free memory per server while the plan is built."""
+
+    free: dict[str, int] = field(default_factory=dict)
+
+
+def _initial_room(servers: Sequence[ServerView], needs: dict[str, int]) -> _Room:
+    room = _Room()
+    for server in servers:
+        used = sum(needs.get(name, 0) for name, status in server.models if status in _OCCUPYING)
+        room.free[server.address] = server.memory_bytes - used
+    return room
+
+
+def _shortfall_reason(model: ModelDemand, servers: Sequence[ServerView], room: _Room, taken: set[str]) -> str:
+    serving = [s for s in servers if s.can_serve(model.config_name, model.constraints)]
+    if not serving:
+        tags = ",".join(sorted(model.constraints))
+        return f"no server offers {model.config_name}" + (f" with tags {tags}" if tags else "")
+    others = [s for s in serving if s.address not in taken]
+    if not others:
+        return f"all {len(serving)} eligible server(s) already hold a replica"
+    not_failed = [s for s in others if s.address not in model.failed_on]
+    if not not_failed:
+        return "failed to load on every other eligible server"
+    biggest = max(room.free[s.address] for s in not_failed)
+    return f"needs {model.memory_bytes} bytes per replica; most free on an eligible server is {max(biggest, 0)}"
+
+
+def _trim(model: ModelDemand, holders: list[ServerView], room: _Room) -> list[Action]:
+    excess = len(holders) - model.replicas
+    if excess <= 0:
+        return []
+    # Not-yet-serving replicas go first, then those on the fullest servers.
+    order = sorted(holders, key=lambda s: (s.status_of(model.name) == ReplicaStatus.LOADED,
+                                           room.free[s.address], s.address))
+    return [Action(model.name, s.address) for s in order[:excess]]
+
+
+def _place(model: ModelDemand, servers: Sequence[ServerView], missing: int,
+           room: _Room) -> tuple[list[Action], Shortfall | None]:
+    loads: list[Action] = []
+    for _ in range(missing):
+        candidates = [
+            s for s in servers
+            if s.status_of(model.name) in (None, ReplicaStatus.FAILED)
+            and s.address not in model.failed_on
+            and s.can_serve(model.config_name, model.constraints)
+            and room.free[s.address] >= model.memory_bytes
+            and all(a.server != s.address for a in loads)
+        ]
+        if not candidates:
+            taken = {s.address for s in servers if s.status_of(model.name) in _HOLDING} | {a.server for a in loads}
+            short = missing - len(loads)
+            return loads, Shortfall(model.name, short, _shortfall_reason(model, servers, room, taken))
+        best = min(candidates, key=lambda s: (-room.free[s.address], len(s.models), s.address))
+        room.free[best.address] -= model.memory_bytes
+        loads.append(Action(model.name, best.address))
+    return loads, None
+
+
+def assign(servers: Sequence[ServerView], models: Sequence[ModelDemand]) -> Plan:
+    """Plans loads and unloads that move the cell towards every model's replica count."""
+    needs = {m.name: m.memory_bytes for m in models}
+    room = _initial_room(servers, needs)
+    loads: list[Action] = []
+    unloads: list[Action] = []
+    shortfalls: list[Shortfall] = []
+    for server in servers:
+        for name, status in server.models:
+            if name not in needs and status != ReplicaStatus.UNLOADING:
+                unloads.append(Action(name, server.address))
+    for model in sorted(models, key=lambda m: (-m.memory_bytes, m.name)):
+        holders = [s for s in servers if s.status_of(model.name) in _HOLDING]
+        unloads += _trim(model, holders, room)
+        missing = model.replicas - len(holders)
+        if missing <= 0:
+            continue
+        if model.gave_up:
+            shortfalls.append(Shortfall(model.name, missing, "gave up after repeated load failures"))
+            continue
+        placed, short = _place(model, servers, missing, room)
+        loads += placed
+        if short is not None:
+            shortfalls.append(short)
+    return Plan(tuple(sorted(loads)), tuple(sorted(unloads)), tuple(sorted(shortfalls)))

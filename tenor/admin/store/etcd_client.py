@@ -1,0 +1,93 @@
+"""A small etcd v3 client over etcd's JSON gateway (`POST /v3/...`), with httpx.
+
+The `etcd3` Python package is unmaintained and breaks with protobuf 7; the gateway ships
+with every etcd since 3.3, so plain HTTP needs nothing more. Keys and values travel as
+base64; int64 fields come back as JSON strings.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+import httpx
+
+from tenor.admin.store.base import StoreError
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    key: bytes
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease: int
+
+
+class EtcdClient:
+    def __init__(self, endpoint: str, timeout_s: float = 2.0) -> None:
+        self.endpoint = endpoint  # "host:port"
+        self._http = httpx.Client(base_url=f"http://{endpoint}", timeout=timeout_s)
+
+    def _call(self, path: str, body: dict[str, object]) -> dict[str, object]:
+        try:
+            response = self._http.post(f"/v3/{path}", json=body)
+        except httpx.HTTPError as exc:
+            raise StoreError(f"etcd at {self.endpoint} unreachable: {exc}") from None
+        if response.status_code != 200:
+            raise StoreError(f"etcd at {self.endpoint} said {response.status_code} to {path}: {response.text[:200]}")
+        return response.json()
+
+    def get(self, key: bytes) -> KeyValue | None:
+        kvs = self._call("kv/range", {"key": _b64(key)}).get("kvs") or []
+        if not kvs:
+            return None
+        kv = kvs[0]
+        return KeyValue(base64.b64decode(kv["key"]), base64.b64decode(kv.get("value", "")),
+                        int(kv.get("create_revision", 0)), int(kv.get("mod_revision", 0)), int(kv.get("lease", 0)))
+
+    def put(self, key: bytes, value: bytes, lease: int = 0) -> None:
+        body: dict[str, object] = {"key": _b64(key), "value": _b64(value)}
+        if lease:
+            body["lease"] = str(lease)
+        self._call("kv/put", body)
+
+    def put_if_absent(self, key: bytes, value: bytes, lease: int = 0) -> bool:
+        """Creates `key` only if it does not exist; True if this call created it."""
+        put: dict[str, object] = {"key": _b64(key), "value": _b64(value)}
+        if lease:
+            put["lease"] = str(lease)
+        result = self._call("kv/txn", {
+            "compare": [{"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
+            "success": [{"request_put": put}],
+        })
+        return bool(result.get("succeeded"))
+
+    def put_if_lease(self, guard_key: bytes, lease: int, key: bytes, value: bytes) -> bool:
+        """Writes `key` only while `guard_key` is held by `lease` (fencing a leader's writes)."""
+        result = self._call("kv/txn", {
+            "compare": [{"key": _b64(guard_key), "target": "LEASE", "result": "EQUAL", "lease": str(lease)}],
+            "success": [{"request_put": {"key": _b64(key), "value": _b64(value)}}],
+        })
+        return bool(result.get("succeeded"))
+
+    def delete(self, key: bytes) -> None:
+        self._call("kv/deleterange", {"key": _b64(key)})
+
+    def lease_grant(self, ttl_s: int) -> int:
+        return int(self._call("lease/grant", {"TTL": str(ttl_s)})["ID"])
+
+    def lease_keepalive(self, lease: int) -> int:
+        """Renews the lease; returns its new TTL in seconds, 0 if it had already expired."""
+        result = self._call("lease/keepalive", {"ID": str(lease)}).get("result") or {}
+        return int(result.get("TTL", 0))
+
+    def lease_revoke(self, lease: int) -> None:
+        self._call("lease/revoke", {"ID": str(lease)})
+
+    def close(self) -> None:
+        self._http.close()

@@ -1,0 +1,88 @@
+"""A cell root in this process's memory: `memory://NAME`, for unit tests and in-process cells.
+
+Stores opened with the same NAME share one root, so several admins in one process can
+compete for leadership as they would on a real root. Nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from tenor.admin.naming import CellName
+from tenor.admin.store.base import AdminLocation, CellState, LostLeadership
+
+
+@dataclass
+class _Cell:
+    state: CellState = field(default_factory=CellState)
+    location: AdminLocation | None = None
+    leader: "MemoryLeadership | None" = None
+    configured: bool = False
+
+
+_ROOTS: dict[str, dict[str, _Cell]] = {}
+_LOCK = threading.Lock()
+
+
+def reset_memory_roots() -> None:
+    with _LOCK:
+        _ROOTS.clear()
+
+
+class MemoryLeadership:
+    keepalive_s = 0.1
+
+    def __init__(self, cell: _Cell) -> None:
+        self._cell = cell
+
+    def keepalive(self) -> None:
+        with _LOCK:
+            if self._cell.leader is not self:
+                raise LostLeadership("another admin holds the memory root")
+
+    def release(self) -> None:
+        with _LOCK:
+            if self._cell.leader is self:
+                self._cell.leader = None
+
+    def revoke(self) -> None:
+        """For tests: as if the lease expired (the leader notices on its next keepalive)."""
+        self.release()
+
+
+class MemoryCellStore:
+    def __init__(self, name: str, cell: CellName) -> None:
+        self.root = f"memory://{name}"
+        self.cell = cell
+        with _LOCK:
+            self._cell = _ROOTS.setdefault(name, {}).setdefault(cell.cell, _Cell())
+
+    def ensure_cell(self) -> None:
+        with _LOCK:
+            self._cell.configured = True
+
+    def try_lead(self, location: AdminLocation) -> MemoryLeadership | None:
+        with _LOCK:
+            if self._cell.leader is not None:
+                return None
+            self._cell.leader = MemoryLeadership(self._cell)
+            self._cell.location = location
+            return self._cell.leader
+
+    def read_location(self) -> AdminLocation | None:
+        with _LOCK:
+            return self._cell.location
+
+    def load_state(self) -> CellState:
+        with _LOCK:
+            return self._cell.state
+
+    def save_state(self, state: CellState, leadership: MemoryLeadership) -> None:
+        with _LOCK:
+            if self._cell.leader is not leadership:
+                raise LostLeadership("not the leader of the memory root")
+            self._cell.state = state
+
+    def close(self) -> None:
+        return None
