@@ -1,0 +1,187 @@
+"""Runs one engine behind the HTTP app until SIGINT/SIGTERM, then drains and exits.
+
+Order of events:
+  1. bind the port (a port in use fails here, before any model is loaded);
+  2. create the engine and `await engine.start()` (load, warm up);
+  3. start uvicorn on the bound socket and print exactly one line,
+     `tenor: serving <model> at http://HOST:PORT`, once it accepts connections;
+  4. on the first SIGINT/SIGTERM: stop admitting (new requests and /healthcheck get 503,
+     so load balancers move on), let in-flight requests finish for up to the drain
+     timeout (`engine.stop(drain_timeout_s)` aborts what is left), close the listener,
+     return 0. A second signal skips the rest of the drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Iterator, TextIO
+
+import uvicorn
+
+from tenor.engine.api import Engine
+from tenor.errors import UserError
+from tenor.server.http.app import begin_drain, build_app, context_of
+
+# After the engine drained, how long uvicorn may take to flush the last bytes and close.
+CLOSE_GRACE_S = 3.0
+SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000  # 0: any free port (the printed URL says which)
+    api_key: str | None = None
+    served_model_name: str | None = None
+    drain_timeout_s: float = 10.0
+    log_level: str = "warning"  # uvicorn's; "info" adds its access log
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ValueError("host must not be empty")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be between 0 and 65535, got {self.port}")
+        if not self.drain_timeout_s >= 0:
+            raise ValueError(f"drain timeout must be >= 0 seconds, got {self.drain_timeout_s}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("api key must not be empty")
+
+
+def run_server(
+    engine_factory: Callable[[], Engine],
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    api_key: str | None = None,
+    served_model_name: str | None = None,
+    drain_timeout_s: float = 10.0,
+    log_level: str = "warning",
+    out: TextIO | None = None,
+) -> int:
+    """Serves until SIGINT/SIGTERM; returns the exit status (0 after a clean drain).
+    Raises UserError when the address cannot be bound."""
+    options = ServeOptions(host, port, api_key, served_model_name, drain_timeout_s, log_level)
+    sock = bind_socket(options.host, options.port)
+    try:
+        return asyncio.run(_serve(engine_factory, sock, options, out or sys.stdout))
+    finally:
+        sock.close()
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A bound (not yet listening) TCP socket; UserError with the reason when that fails."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    # Lets a restarted server reuse a port still in TIME_WAIT; a live listener still blocks it.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise UserError(f"port {port} on {host} is already in use; pick another with --port") from None
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+def url_of(sock: socket.socket, host: str) -> str:
+    port = sock.getsockname()[1]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, minus its own signal handling (run_server drains first), plus a ready callback."""
+
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_ready = on_ready
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._on_ready()
+
+
+class _ShutdownSignals:
+    """The first SIGINT/SIGTERM asks for a drain; the second one for an end now."""
+
+    def __init__(self) -> None:
+        self.requested = asyncio.Event()
+        self.forced = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._installed: list[int] = []
+        for sig in SHUTDOWN_SIGNALS:
+            try:
+                self._loop.add_signal_handler(sig, self._on_signal)
+                self._installed.append(sig)
+            except (RuntimeError, ValueError):
+                pass  # not the main thread (embedded use): the caller stops us otherwise
+
+    def _on_signal(self) -> None:
+        (self.forced if self.requested.is_set() else self.requested).set()
+
+    def remove(self) -> None:
+        for sig in self._installed:
+            self._loop.remove_signal_handler(sig)
+
+
+async def _serve(engine_factory: Callable[[], Engine], sock: socket.socket, options: ServeOptions, out: TextIO) -> int:
+    signals = _ShutdownSignals()
+    try:
+        engine = engine_factory()
+        if not await _unless(signals.requested, engine.start()):
+            await engine.stop(0.0)  # asked to stop while loading
+            return 0
+        app = build_app(engine, served_model_name=options.served_model_name, api_key=options.api_key)
+        url = url_of(sock, options.host)
+
+        def announce() -> None:
+            print(f"tenor: serving {context_of(app).model_name} at {url}", file=out, flush=True)
+
+        config = uvicorn.Config(
+            app, lifespan="off", log_level=options.log_level, access_log=options.log_level in ("info", "debug"),
+            timeout_graceful_shutdown=CLOSE_GRACE_S,
+        )
+        server = _Uvicorn(config, announce)
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        if await _unless(signals.requested, asyncio.shield(serving)):
+            await engine.stop(0.0)  # uvicorn ended by itself (it logged why)
+            return 1
+        begin_drain(app)
+        if not await _unless(signals.forced, engine.stop(options.drain_timeout_s)):
+            await engine.stop(0.0)
+        server.should_exit = True
+        await serving
+        return 0
+    finally:
+        signals.remove()
+
+
+async def _unless(event: asyncio.Event, work: Awaitable[object]) -> bool:
+    """Runs `work` until it finishes (True) or `event` is set first (False, work cancelled)."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.create_task(event.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if task.done():
+        task.result()  # re-raise what the work raised
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
