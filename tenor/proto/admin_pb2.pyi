@@ -94,18 +94,20 @@ class Replica(_message.Message):
     def __init__(self, address: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.ModelStatus, str]] = ..., failure_reason: _Optional[str] = ...) -> None: ...
 
 class PublishedModel(_message.Message):
-    __slots__ = ("model", "addresses", "replicas", "failure_reason", "gave_up")
+    __slots__ = ("model", "addresses", "replicas", "failure_reason", "gave_up", "shortfall")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ADDRESSES_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
     GAVE_UP_FIELD_NUMBER: _ClassVar[int]
+    SHORTFALL_FIELD_NUMBER: _ClassVar[int]
     model: Model
     addresses: _containers.RepeatedScalarFieldContainer[str]
     replicas: _containers.RepeatedCompositeFieldContainer[Replica]
     failure_reason: str
     gave_up: bool
-    def __init__(self, model: _Optional[_Union[Model, _Mapping]] = ..., addresses: _Optional[_Iterable[str]] = ..., replicas: _Optional[_Iterable[_Union[Replica, _Mapping]]] = ..., failure_reason: _Optional[str] = ..., gave_up: _Optional[bool] = ...) -> None: ...
+    shortfall: str
+    def __init__(self, model: _Optional[_Union[Model, _Mapping]] = ..., addresses: _Optional[_Iterable[str]] = ..., replicas: _Optional[_Iterable[_Union[Replica, _Mapping]]] = ..., failure_reason: _Optional[str] = ..., gave_up: _Optional[bool] = ..., shortfall: _Optional[str] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("models",)
