@@ -139,3 +139,27 @@ def get(name: str) -> ServableConfig:
 
 def names() -> list[str]:
     return sorted(_CONFIGS)
+
+
+DEFAULT_MODEL = "llama.SmolLM2_135M_Instruct"
+
+
+def resolve_model(model: str | None, dtype: str | None = None) -> tuple[ServableConfig, str | None]:
+    """`--model` as users give it: a registry name, or a path to a tenor checkpoint, an HF
+    directory or a GGUF file (served with the default model's serving parameters; the
+    shapes come from the checkpoint). Returns the servable config and the checkpoint."""
+    from pathlib import Path
+
+    model = model or DEFAULT_MODEL
+    if model in _CONFIGS:
+        servable, checkpoint = _CONFIGS[model], None
+    elif Path(model).exists():
+        servable, checkpoint = _CONFIGS[DEFAULT_MODEL], str(model)
+        servable = dataclasses.replace(servable, name=Path(model).name, default_checkpoint=None)
+    elif "/" in model or model.endswith(".gguf"):
+        raise UserError(f"model path {model} does not exist")
+    else:
+        raise UserError(f"unknown model {model!r}; use a path or one of: {', '.join(sorted(_CONFIGS))}")
+    if dtype is not None:
+        servable = servable.with_overrides(dtype=dtype)
+    return servable, checkpoint

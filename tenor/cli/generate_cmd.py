@@ -1,5 +1,72 @@
-"""Placeholder: the owning change fills in this command group."""
+"""`tenor generate`: offline generation in one process, with each sample's log-prob score."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import uuid
+
+from tenor.engine.api import GenerateRequest, SamplingParams
 
 
 def register(subparsers) -> None:
-    return None
+    p = subparsers.add_parser("generate", help="generate text offline with a model, in one process")
+    p.add_argument("prompt", help="the prompt (or comma-separated token ids for tokenized models)")
+    p.add_argument("--model", default=None, help="registry name or checkpoint path (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--dtype", choices=["bfloat16", "float32"], default=None)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--num-samples", "-n", type=int, default=1)
+    p.add_argument("--json", action="store_true", help="print one JSON object per sample")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tenor.registry import resolve_model
+
+    servable, checkpoint = resolve_model(args.model, args.dtype)
+    sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                              top_p=args.top_p, seed=args.seed, n=args.num_samples)
+    samples = asyncio.run(_generate(servable, checkpoint, args.prompt, args.chat, sampling))
+    samples.sort(key=lambda s: -s["score"])
+    for i, sample in enumerate(samples):
+        if args.json:
+            print(json.dumps(sample, ensure_ascii=False))
+        else:
+            print(f"--- sample {i}  score {sample['score']:.4f}")
+            print(sample["text"])
+    return 0
+
+
+async def _generate(servable, checkpoint, prompt: str, chat: bool, sampling: SamplingParams) -> list[dict]:
+    from tenor.engine.factory import EngineOptions, create_engine
+    from tenor.tokenizer import format_token_ids, parse_token_ids
+
+    engine = create_engine(servable, checkpoint, EngineOptions(warmup=False, max_waiting=1))
+    await engine.start()
+    try:
+        if servable.tokenized:
+            ids = parse_token_ids(prompt)
+        elif chat:
+            text = engine.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+            ids = engine.tokenizer.encode(text, add_special_tokens=False)
+        else:
+            ids = engine.tokenizer.encode(prompt)
+        texts = [""] * sampling.n
+        tokens: list[list[int]] = [[] for _ in range(sampling.n)]
+        scores = [0.0] * sampling.n
+        async for output in engine.generate(GenerateRequest(f"gen-{uuid.uuid4().hex}", tuple(ids), sampling)):
+            for delta in output.deltas:
+                texts[delta.index] += delta.text
+                tokens[delta.index].extend(delta.token_ids)
+                scores[delta.index] = delta.cumulative_logprob
+    finally:
+        await engine.stop()
+    if servable.tokenized:
+        texts = [format_token_ids(t) for t in tokens]
+    return [{"text": t, "token_ids": ids, "score": s} for t, ids, s in zip(texts, tokens, scores)]

@@ -86,7 +86,7 @@ class LLMEngine:
         cache = PagedKVCache(cfg.num_layers, num_blocks, BLOCK_SIZE, cfg.num_kv_heads, cfg.head_dim,
                              loaded.dtype, quantized=self._options.quantize_kv_cache)
         self._blocks = BlockManager(num_blocks, BLOCK_SIZE)
-        batched = max(512, self.servable.max_batch_size)
+        batched = max(self._options.max_num_batched_tokens, self.servable.max_batch_size)
         self._scheduler = Scheduler(SchedulerConfig(self.servable.max_batch_size, batched), self._blocks)
         self._runner = ModelRunner(loaded.model, cache)
 
