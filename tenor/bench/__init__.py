@@ -1,0 +1,1 @@
+"""Benchmarks that `tenor bench` and benchmarks/ share: the serving benchmark."""
