@@ -10,7 +10,7 @@ per-request latencies that the HTTP layer observes (`RequestTimer`). Each server
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -56,7 +56,8 @@ class ServerMetrics:
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock  # injectable so that tests can check the arithmetic
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(EngineStatsCollector(engine))
         self.time_to_first_token = Histogram(
@@ -91,7 +92,8 @@ class RequestTimer:
 
     def __init__(self, metrics: ServerMetrics) -> None:
         self._metrics = metrics
-        self._start = time.monotonic()
+        self._clock = metrics.clock
+        self._start = self._clock()
         self._first_token_at: float | None = None
         self._tokens: dict[int, int] = {}  # sample index -> tokens generated
         self._reasons: dict[int, FinishReason] = {}
@@ -101,7 +103,7 @@ class RequestTimer:
         for delta in output.deltas:
             if delta.token_ids:
                 if self._first_token_at is None:
-                    self._first_token_at = time.monotonic()
+                    self._first_token_at = self._clock()
                 self._tokens[delta.index] = self._tokens.get(delta.index, 0) + len(delta.token_ids)
             if delta.finish_reason is not None:
                 self._reasons[delta.index] = delta.finish_reason
@@ -111,7 +113,7 @@ class RequestTimer:
         if self._finished:
             return
         self._finished = True
-        end = time.monotonic()
+        end = self._clock()
         for index in range(num_samples):
             reason = self._reasons.get(index, FinishReason.ABORT)
             self._metrics.request_success.labels(finished_reason=reason.value).inc()

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Response
 from tenor.engine.api import Engine
 from tenor.server.http import jetstream, openai
 from tenor.server.http.auth import ApiKeyGuard
+from tenor.server.http.body_limit import BodyLimit
 from tenor.server.http.context import ServerContext
 from tenor.server.http.errors import install_error_handlers
 from tenor.server.metrics import ServerMetrics
@@ -29,7 +30,8 @@ def build_app(engine: Engine, *, served_model_name: str | None = None, api_key: 
     ctx = ServerContext(engine=engine, model_name=name, metrics=ServerMetrics(engine))
     guard = ApiKeyGuard(api_key)
 
-    app = FastAPI(title="tenor", summary=f"serving {name}", max_body_size=MAX_BODY_BYTES)
+    app = FastAPI(title="tenor", summary=f"serving {name}")
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.state.tenor = ctx
     install_error_handlers(app)
     app.include_router(jetstream.build_router(ctx, guard))

@@ -90,11 +90,11 @@ def from_validation_error(exc: RequestValidationError) -> ApiError:
         return bad_request(f"the request body is not valid JSON: {detail}", code="invalid_json")
     location = [str(part) for part in first.get("loc", ()) if part != "body"]
     if not location:
-        # FastAPI hands the raw bytes on when the Content-Type is not JSON.
-        return bad_request(
-            "the request body must be a JSON object sent with Content-Type: application/json",
-            code="invalid_json",
-        )
+        if isinstance(first.get("input"), bytes):  # FastAPI's raw bytes: the Content-Type is not JSON
+            return bad_request(
+                "the request body must be JSON sent with Content-Type: application/json", code="invalid_json"
+            )
+        return bad_request("the request body must be a JSON object")
     param = _param_name(first.get("loc", ()))
     if first.get("type") == "missing":
         return bad_request(f"missing required parameter '{param}'", param, code="missing_required_parameter")
