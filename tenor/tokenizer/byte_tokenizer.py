@@ -10,6 +10,7 @@ from tenor.engine.mock_engine import BYTE_OFFSET
 from tenor.engine.mock_engine import ByteTokenizer as MockByteTokenizer
 from tenor.errors import UserError
 from tenor.tokenizer.chat_template import ChatTemplate
+from tenor.tokenizer.tokenizer import as_token_ids
 
 PAD_ID, BOS_ID = 0, 1
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>")  # by id; EOS is mock_engine.EOS_ID
@@ -37,10 +38,7 @@ class Utf8ByteTokenizer(MockByteTokenizer):
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Ids past the 259 byte ids decode to nothing (a test model's vocabulary may be padded)."""
-        ids = list(token_ids)
-        for i in ids:
-            if not isinstance(i, int) or i < 0:
-                raise UserError(f"token ids must be non-negative integers, got {i!r}")
+        ids = as_token_ids(token_ids)
         if skip_special_tokens:
             return super().decode([i for i in ids if i < self.vocab_size])
         # Bytes between special tokens are decoded as runs, so a character split over

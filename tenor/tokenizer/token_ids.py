@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Sequence
 
 from tenor.errors import UserError
@@ -34,7 +35,13 @@ def parse_token_ids(text: str) -> list[int]:
 
 def format_token_ids(token_ids: Sequence[int]) -> str:
     """The inverse of parse_token_ids."""
+    ids = []
     for i in token_ids:
-        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i <= MAX_TOKEN_ID:
+        try:
+            value = operator.index(i)  # ints, numpy and torch integers; not floats or strings
+        except TypeError:
+            value = -1
+        if isinstance(i, bool) or not 0 <= value <= MAX_TOKEN_ID:
             raise UserError(f"token ids must be integers in [0, {MAX_TOKEN_ID}], got {i!r}")
-    return ",".join(str(i) for i in token_ids)
+        ids.append(value)
+    return ",".join(map(str, ids))

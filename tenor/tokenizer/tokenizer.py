@@ -5,6 +5,7 @@ It implements tenor.engine.api.Tokenizer. Build one with tenor.tokenizer.load_to
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 from typing import Sequence
 
@@ -18,6 +19,18 @@ from tenor.tokenizer.spec import TURN_END_TOKENS, TokenizerSpec
 _MAX_ID = 2**32  # the backend stores ids as u32
 
 
+def as_token_ids(token_ids: Sequence[int]) -> list[int]:
+    """Plain ints (numpy and torch integers are welcome); UserError on anything else."""
+    try:
+        ids = [operator.index(i) for i in token_ids]
+    except TypeError:
+        raise UserError(f"token ids must be integers, got {list(token_ids)[:8]!r}") from None
+    for i in ids:
+        if not 0 <= i < _MAX_ID:
+            raise UserError(f"token ids must be integers in [0, {_MAX_ID}), got {i}")
+    return ids
+
+
 class Tokenizer:
     """Encode and decode match transformers' fast tokenizer built from the same files
     (decode defaults to skipping special tokens, as generated text wants)."""
@@ -26,17 +39,19 @@ class Tokenizer:
         self._backend = backend
         self.spec = spec
         self.vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
+        self._special_ids = frozenset(i for i, t in backend.get_added_tokens_decoder().items() if t.special)
         self.bos_token_id: int | None = self.token_to_id(spec.bos_token) if spec.bos_token else None
         self.pad_token_id: int | None = self.token_to_id(spec.pad_token) if spec.pad_token else None
-        self.eos_token_ids: tuple[int, ...] = self._stop_ids()
+        self.eos_token_ids: tuple[int, ...] = self._stop_ids()  # stop on any of these
         self._template = ChatTemplate(spec.chat_template, spec.special_tokens()) if spec.chat_template else None
+        first = backend.encode("", add_special_tokens=True).ids[:1]
+        self.adds_bos: bool = self.bos_token_id is not None and first == [self.bos_token_id]
 
     def _stop_ids(self) -> tuple[int, ...]:
         """The configured EOS first, then the configured extras, then special turn-end tokens."""
-        special = {i for i, token in self._backend.get_added_tokens_decoder().items() if token.special}
         candidates = [self.token_to_id(self.spec.eos_token) if self.spec.eos_token else None,
                       *self.spec.extra_eos_token_ids,
-                      *(i for i in map(self.token_to_id, TURN_END_TOKENS) if i in special)]
+                      *(i for i in map(self.token_to_id, TURN_END_TOKENS) if i in self._special_ids)]
         ids: list[int] = []
         for i in candidates:
             if i is not None and i not in ids:
@@ -48,10 +63,9 @@ class Tokenizer:
         return self.spec.chat_template
 
     @property
-    def adds_bos(self) -> bool:
-        """Whether encode(..., add_special_tokens=True) starts with BOS."""
-        ids = self._backend.encode("", add_special_tokens=True).ids
-        return self.bos_token_id is not None and ids[:1] == [self.bos_token_id]
+    def backend(self) -> Backend:
+        """The `tokenizers` object (batch encoding, offsets); do not change it."""
+        return self._backend
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         if not isinstance(text, str):
@@ -61,10 +75,7 @@ class Tokenizer:
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Ids past the vocabulary decode to nothing, as in transformers (a model's
         embedding table may be padded beyond its tokenizer's vocabulary)."""
-        ids = list(token_ids)
-        for i in ids:
-            if not isinstance(i, int) or not 0 <= i < _MAX_ID:
-                raise UserError(f"token ids must be integers in [0, {_MAX_ID}), got {i!r}")
+        ids = as_token_ids(token_ids)
         return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def apply_chat_template(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
@@ -87,8 +98,7 @@ class Tokenizer:
         return self._backend.id_to_token(token_id) if 0 <= token_id < self.vocab_size else None
 
     def is_special(self, token_id: int) -> bool:
-        token = self._backend.get_added_tokens_decoder().get(token_id)
-        return token is not None and token.special
+        return token_id in self._special_ids
 
     def save(self, directory: str | Path) -> None:
         """HF tokenizer files; load_tokenizer(directory) gives this tokenizer back."""
