@@ -6,8 +6,8 @@ of loads and unloads. Rules, in SAX's experimental assigner's spirit but stricte
 
 - A replica that is LOADING or LOADED stays where it is; healthy replicas are never moved
   to rebalance, so a replica-count change reloads nothing that serves.
-- Too many replicas: remove not-yet-serving (LOADING) ones first, then those on the
-  fullest servers.
+- Too many replicas: remove those on servers that missed a heartbeat first, then
+  not-yet-serving (LOADING) ones, then those on the fullest servers.
 - Too few: biggest models first; each replica goes to the eligible server with the most
   free memory (spreading load), where eligible means it can serve the config, has every
   constraint tag (its platform counts as a tag), has room, and the model has not failed
@@ -42,6 +42,7 @@ class ServerView:
     tags: frozenset[str] = frozenset()
     servable_configs: frozenset[str] = frozenset()  # empty: every config
     models: tuple[tuple[str, ReplicaStatus], ...] = ()  # (model name, status), as the admin believes
+    draining: bool = False  # missed its last heartbeat: keeps what it has, gets nothing new, gives up first
 
     def status_of(self, model: str) -> ReplicaStatus | None:
         return next((s for name, s in self.models if name == model), None)
@@ -105,7 +106,7 @@ def _initial_room(servers: Sequence[ServerView], needs: dict[str, int]) -> _Room
 
 
 def _shortfall_reason(model: ModelDemand, servers: Sequence[ServerView], room: _Room, taken: set[str]) -> str:
-    serving = [s for s in servers if s.can_serve(model.config_name, model.constraints)]
+    serving = [s for s in servers if s.can_serve(model.config_name, model.constraints) and not s.draining]
     if not serving:
         tags = ",".join(sorted(model.constraints))
         return f"no server offers {model.config_name}" + (f" with tags {tags}" if tags else "")
@@ -124,7 +125,7 @@ def _trim(model: ModelDemand, holders: list[ServerView], room: _Room) -> list[Ac
     if excess <= 0:
         return []
     # Not-yet-serving replicas go first, then those on the fullest servers.
-    order = sorted(holders, key=lambda s: (s.status_of(model.name) == ReplicaStatus.LOADED,
+    order = sorted(holders, key=lambda s: (not s.draining, s.status_of(model.name) == ReplicaStatus.LOADED,
                                            room.free[s.address], s.address))
     return [Action(model.name, s.address) for s in order[:excess]]
 
@@ -136,6 +137,7 @@ def _place(model: ModelDemand, servers: Sequence[ServerView], missing: int,
         candidates = [
             s for s in servers
             if s.status_of(model.name) in (None, ReplicaStatus.FAILED)
+            and not s.draining
             and s.address not in model.failed_on
             and s.can_serve(model.config_name, model.constraints)
             and room.free[s.address] >= model.memory_bytes

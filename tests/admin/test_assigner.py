@@ -11,9 +11,9 @@ L, LD, F, U = ReplicaStatus.LOADED, ReplicaStatus.LOADING, ReplicaStatus.FAILED,
 
 
 def srv(address: str, gb: int = 8, *, models: dict[str, ReplicaStatus] | None = None, tags: str = "",
-        platform: str = "cpu", configs: str = "") -> ServerView:
+        platform: str = "cpu", configs: str = "", draining: bool = False) -> ServerView:
     return ServerView(address, gb * GB, platform, frozenset(filter(None, tags.split(","))),
-                      frozenset(filter(None, configs.split(","))), tuple(sorted((models or {}).items())))
+                      frozenset(filter(None, configs.split(","))), tuple(sorted((models or {}).items())), draining)
 
 
 def mdl(name: str, replicas: int, gb: int = 1, *, config: str = "c", tags: str = "", failed: str = "",
@@ -81,6 +81,15 @@ CASES = {
     "a server holds one replica of a model at most": (
         [srv("s1", 64)], [mdl("m", 3)],
         "load m on s1\nshort m by 2: all 1 eligible server(s) already hold a replica"),
+    "a draining server gets nothing new": (
+        [srv("s1", 64, draining=True), srv("s2", 8)], [mdl("m", 2)],
+        "load m on s2\nshort m by 1: all 1 eligible server(s) already hold a replica"),
+    "a draining server keeps its replica while the count is met": (
+        [srv("s1", draining=True, models={"m": L}), srv("s2")], [mdl("m", 1)],
+        ""),
+    "a draining server gives up its replica first": (
+        [srv("s1", 64, draining=True, models={"m": L}), srv("s2", 8, models={"m": LD})], [mdl("m", 1)],
+        "unload m from s1"),
     "over-full server after an admin restart keeps its replicas": (
         [srv("s1", 1, models={"a": L, "b": L})], [mdl("a", 1, 1), mdl("b", 1, 1)],
         ""),

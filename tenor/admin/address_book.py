@@ -1,0 +1,95 @@
+"""Each published model's set of serving addresses, with waiting for changes (WatchLoc,
+WaitForReady). Lives in the admin's event loop; sets are small, so one Condition does."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+
+class ModelGone(Exception):
+    """The model was unpublished while someone waited on it."""
+
+
+class BookClosed(Exception):
+    """The admin stopped leading; waiters must go and find the new one."""
+
+
+@dataclass(frozen=True)
+class AddressSet:
+    seqno: int
+    addresses: tuple[str, ...]
+
+
+class AddressBook:
+    def __init__(self) -> None:
+        self._sets: dict[str, AddressSet] = {}
+        self._changed = asyncio.Condition()
+        self._closed = False
+
+    def get(self, model: str) -> AddressSet | None:
+        return self._sets.get(model)
+
+    def add_model(self, model: str) -> None:
+        if model not in self._sets:
+            self._sets[model] = AddressSet(0, ())
+            self._notify()
+
+    def set(self, model: str, addresses: tuple[str, ...]) -> None:
+        current = self._sets.get(model)
+        if current is not None and current.addresses != addresses:
+            self._sets[model] = AddressSet(current.seqno + 1, addresses)
+            self._notify()
+
+    def remove_model(self, model: str) -> None:
+        if self._sets.pop(model, None) is not None:
+            self._notify()
+
+    def poke(self) -> None:
+        """Wakes waiters whose condition depends on more than addresses (load failures)."""
+        self._notify()
+
+    def close(self) -> None:
+        self._closed = True
+        self._notify()
+
+    def _notify(self) -> None:
+        async def wake() -> None:
+            async with self._changed:
+                self._changed.notify_all()
+
+        asyncio.get_running_loop().create_task(wake())
+
+    def _check(self, model: str) -> AddressSet:
+        if self._closed:
+            raise BookClosed("this admin is no longer the leader")
+        current = self._sets.get(model)
+        if current is None:
+            raise ModelGone(f"model {model} is not published")
+        return current
+
+    async def wait_change(self, model: str, seen: int | None) -> AddressSet:
+        """Returns the model's set once its seqno differs from `seen` (at once if `seen` is None)."""
+        async with self._changed:
+            while True:
+                current = self._check(model)
+                if seen is None or current.seqno != seen:
+                    return current
+                await self._changed.wait()
+
+    async def wait_for(self, model: str, predicate) -> AddressSet:
+        """Waits until predicate(set) is true; predicate may raise to stop waiting."""
+        async with self._changed:
+            while True:
+                current = self._check(model)
+                if predicate(current):
+                    return current
+                await self._changed.wait()
+
+    async def watch(self, model: str) -> AsyncIterator[AddressSet]:
+        seen = None
+        while True:
+            current = await self.wait_change(model, seen)
+            seen = current.seqno
+            yield current
