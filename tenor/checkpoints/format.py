@@ -24,7 +24,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from tenor.checkpoints.layout import check_quantization, check_weights
+from tenor.checkpoints.layout import check_quantization, check_weights, tensor_specs
 from tenor.errors import CheckpointError
 from tenor.models.config import ModelConfig
 
@@ -173,7 +173,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def load_checkpoint(path: str | Path) -> LoadedCheckpoint:
-    """Read a committed tenor checkpoint; tensors are memory-mapped, not copied."""
+    """Read a committed tenor checkpoint (through safetensors' memory map)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such checkpoint directory")
@@ -182,6 +182,7 @@ def load_checkpoint(path: str | Path) -> LoadedCheckpoint:
     config, quantization = read_config(path / CONFIG_FILE)
     weights = read_safetensors(path, weight_files(path))
     check_weights(str(path), config, weights, quantization)
+    weights = {name: weights[name] for name in tensor_specs(config, quantization)}  # layer order, not sorted
     tokenizer = path if has_tokenizer_files(path) else None
     return LoadedCheckpoint(config, weights, quantization, tokenizer, str(path), "tenor")
 
@@ -222,7 +223,7 @@ def weight_files(directory: Path, index_name: str = INDEX_FILE, single: str = WE
 
 
 def read_safetensors(where: Path, files: list[Path]) -> dict[str, torch.Tensor]:
-    """All tensors of the given files, memory-mapped; duplicate names are refused."""
+    """All tensors of the given files, read through a memory map; duplicate names are refused."""
     weights: dict[str, torch.Tensor] = {}
     for file in files:
         if not file.is_file():
