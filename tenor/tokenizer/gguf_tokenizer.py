@@ -161,11 +161,13 @@ def _add_marked_tokens(backend: Backend, tokens: list[str], types: MetadataValue
 
 def _transformers_backend(path: Path) -> Backend:
     try:
-        from transformers import AutoTokenizer
+        from transformers import PreTrainedTokenizerFast
     except ImportError:
         raise UserError(f"{path}: this GGUF tokenizer kind needs the transformers package") from None
     try:
-        hf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+        # Not AutoTokenizer: it would also read the model config out of the file with the
+        # slow gguf reader (seconds), and the tokenizer it builds is the same.
+        hf = PreTrainedTokenizerFast.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
     except (ValueError, KeyError, OSError, TypeError) as e:
         raise UserError(f"{path}: cannot build its tokenizer: {one_line(e)}") from None
     backend = getattr(hf, "backend_tokenizer", None)

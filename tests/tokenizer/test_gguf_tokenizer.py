@@ -97,3 +97,40 @@ def _plain_file(tmp_path):
     path = tmp_path / "plain.bin"
     path.write_bytes(b"not a gguf at all, just bytes" * 4)
     return path
+
+
+def _write_tiny_sentencepiece_gguf(path):
+    """A llama.cpp "llama" (SentencePiece) vocabulary: scores, <0xNN> byte tokens, no merges."""
+    import gguf
+
+    pieces = ["▁", "▁t", "he", "▁the", "▁a", "in", "▁in", "at", "▁c", "▁cat"]
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_context_length(64)
+    writer.add_embedding_length(8)
+    writer.add_head_count(2)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *letters, *pieces])
+    writer.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(letters) + len(pieces)))
+    writer.add_token_scores([0.0] * 259 + [-100.0 - i for i in range(len(letters))] + [-float(i) for i in range(len(pieces))])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_sentencepiece_gguf_goes_through_transformers(tmp_path):
+    from transformers import AutoTokenizer
+
+    path = _write_tiny_sentencepiece_gguf(tmp_path / "spm.gguf")
+    ours = load_tokenizer(path)
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    assert ours.adds_bos and ours.bos_token_id == 1  # llama.cpp's default for SentencePiece files
+    for text in ["the cat in a hat", " the  cat", "日本 x"]:
+        assert ours.encode(text) == theirs.encode(text)
+        assert ours.decode(ours.encode(text)) == theirs.decode(theirs.encode(text), skip_special_tokens=True)
