@@ -1,0 +1,86 @@
+"""The default model (SmolLM2-135M-Instruct GGUF) in float32: tenor's greedy tokens equal HF
+transformers' on the same file, for completions and chat, alone and batched together."""
+
+import asyncio
+
+import pytest
+import torch
+import transformers
+
+from tenor import registry
+from tenor.checkpoints.default_model import default_gguf_path
+from tenor.engine.api import GenerateRequest, SamplingParams
+from tenor.engine.factory import EngineOptions
+from tenor.engine.llm_engine import LLMEngine
+
+NEW_TOKENS = 32
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    "List three colors:",
+]
+CHATS = ["What is the tallest mountain in the world?", "Write a haiku about autumn leaves."]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def hf_pair():
+    path = default_gguf_path()
+    tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
+                                                              dtype=torch.float32)
+    return tok, model.eval()
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(hf_pair):
+    tok, _ = hf_pair
+    ids = [tok(p).input_ids for p in PROMPTS]
+    for question in CHATS:
+        ids.append(tok.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
+                                           tokenize=True, return_dict=False))
+    return ids
+
+
+def hf_greedy(model, ids: list[int]) -> list[int]:
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
+                             eos_token_id=None, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+async def tenor_greedy(prompts: list[list[int]], together: bool) -> list[list[int]]:
+    servable = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype="float32")
+    engine = LLMEngine(servable, None, EngineOptions(warmup=False, kv_cache_bytes=256 << 20))
+    await engine.start()
+
+    async def one(i: int, ids: list[int]) -> list[int]:
+        sampling = SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True)
+        return [t async for o in engine.generate(GenerateRequest(f"p{i}", tuple(ids), sampling))
+                for d in o.deltas for t in d.token_ids]
+
+    try:
+        if together:
+            return list(await asyncio.gather(*(one(i, ids) for i, ids in enumerate(prompts))))
+        return [await one(i, ids) for i, ids in enumerate(prompts)]
+    finally:
+        await engine.stop()
+
+
+def test_tokenizer_matches_hf(hf_pair, prompt_ids):
+    from tenor.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(default_gguf_path())
+    assert [tok.encode(p) for p in PROMPTS] == prompt_ids[: len(PROMPTS)]
+
+
+def test_greedy_tokens_match_hf_alone_and_batched(hf_pair, prompt_ids):
+    _, model = hf_pair
+    expected = [hf_greedy(model, ids) for ids in prompt_ids]
+    alone = asyncio.run(tenor_greedy(prompt_ids, together=False))
+    together = asyncio.run(tenor_greedy(prompt_ids, together=True))
+    for i, ids in enumerate(prompt_ids):
+        assert alone[i] == expected[i], f"prompt {i} differs from HF"
+    assert together == alone
