@@ -27,7 +27,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
-from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 from transformers.generation.streamers import BaseStreamer
 
 MAX_NEW_TOKENS = 4096
@@ -92,11 +99,17 @@ class _Cancelled(StoppingCriteria):
 
 
 class Baseline:
-    def __init__(self, gguf: Path, dtype: torch.dtype, name: str) -> None:
-        self.name = name
-        self.tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        self.model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=dtype).eval()
+    """An HF model and tokenizer that generate for one request at a time."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) -> None:
+        self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
         self.lock = threading.Lock()  # one generation at a time: the naive baseline
+
+    @classmethod
+    def from_gguf(cls, gguf: Path, dtype: torch.dtype, name: str) -> "Baseline":
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=dtype)
+        return cls(model, tokenizer, name)
 
     def prompt_ids(self, body: CompletionBody | ChatBody) -> list[int]:
         if isinstance(body, ChatBody):
@@ -254,7 +267,7 @@ def main() -> None:
         parser.error(f"no such GGUF file: {args.gguf}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    baseline = Baseline(args.gguf, getattr(torch, args.dtype), args.name or args.gguf.stem)
+    baseline = Baseline.from_gguf(args.gguf, getattr(torch, args.dtype), args.name or args.gguf.stem)
     uvicorn.run(build_app(baseline), host=args.host, port=args.port, log_level="warning")
 
 

@@ -1,0 +1,1 @@
+"""Benchmark scripts; a package only so tests can import benchmarks.hf_server."""
