@@ -1,0 +1,225 @@
+"""Import a llama.cpp GGUF file (Llama architecture) under tenor's names, dequantized to float32.
+
+llama.cpp's converter reorders the rows of attn_q / attn_k inside each head so that the
+two halves of a rotary pair sit next to each other (interleaved: x0, y0, x1, y1, ...),
+where HF and tenor keep them apart (rotate-half: x0, x1, ..., y0, y1, ...). Here row
+(head, j, half) of the GGUF tensor is row (head, half, j) of tenor's, and that is undone
+at import by reordering the (still quantized) rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
+from gguf.quants import dequantize
+
+from tenor.checkpoints.format import LoadedCheckpoint
+from tenor.checkpoints.layout import check_weights, float_specs, piece_rows
+from tenor.errors import CheckpointError
+from tenor.models.config import ModelConfig, RopeScaling
+
+GGUF_MAGIC = b"GGUF"
+_LAYER_NAMES = {  # GGUF block tensor -> (tenor tensor, index of the piece in a fused tensor)
+    "attn_norm.weight": ("attn_norm.weight", 0),
+    "attn_q.weight": ("attn.qkv.weight", 0),
+    "attn_k.weight": ("attn.qkv.weight", 1),
+    "attn_v.weight": ("attn.qkv.weight", 2),
+    "attn_output.weight": ("attn.o.weight", 0),
+    "ffn_norm.weight": ("mlp_norm.weight", 0),
+    "ffn_gate.weight": ("mlp.gate_up.weight", 0),
+    "ffn_up.weight": ("mlp.gate_up.weight", 1),
+    "ffn_down.weight": ("mlp.down.weight", 0),
+}
+_GLOBAL_NAMES = {"token_embd.weight": "embed.weight", "output_norm.weight": "norm.weight",
+                 "output.weight": "lm_head.weight"}
+
+
+def is_gguf_file(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def load_gguf(path: str | Path) -> LoadedCheckpoint:
+    """Read a Llama GGUF; raises CheckpointError naming the file and the problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such GGUF file")
+    try:
+        reader = GGUFReader(path)
+    except (ValueError, OSError, IndexError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{path}: not a readable GGUF file ({exc}); is it truncated?") from None
+    config = gguf_config(_Metadata(path, reader), {t.name: t for t in reader.tensors})
+    groups: dict[str, dict[int, ReaderTensor]] = {}
+    for tensor in reader.tensors:
+        name, index = _tenor_name(path, tensor.name)
+        groups.setdefault(name, {})[index] = tensor
+    specs = float_specs(config)
+    extra = sorted(set(groups) - set(specs))
+    if extra:
+        raise CheckpointError(f"{path}: unexpected tensor {_gguf_name(extra[0], 0)} for this config")
+    weights = {name: _read_weight(path, config, name, groups.get(name, {})) for name in specs}
+    check_weights(str(path), config, weights)
+    tokenizer = path if "tokenizer.ggml.tokens" in reader.fields else None
+    return LoadedCheckpoint(config, weights, None, tokenizer, str(path), "gguf")
+
+
+class _Metadata:
+    """Typed access to GGUF key/values, erroring with the file name."""
+
+    def __init__(self, path: Path, reader: GGUFReader) -> None:
+        self.path = path
+        self.fields = reader.fields
+
+    def get(self, key: str, default: object = None) -> object:
+        field = self.fields.get(key)
+        if field is None:
+            return default
+        value = field.parts[field.data[0]]
+        if field.types and field.types[0].name == "STRING":
+            return bytes(value).decode("utf-8")
+        scalar = value[0].item()
+        # float32 metadata (1e-5 stored as 9.99999974e-06): keep the shortest decimal that round-trips.
+        return float(str(value[0])) if isinstance(scalar, float) else scalar
+
+    def require(self, key: str) -> object:
+        value = self.get(key)
+        if value is None:
+            raise CheckpointError(f"{self.path}: GGUF metadata {key} is missing")
+        return value
+
+
+def gguf_config(meta: _Metadata, tensors: dict[str, ReaderTensor]) -> ModelConfig:
+    arch = meta.require("general.architecture")
+    if arch != "llama":
+        raise CheckpointError(f"{meta.path}: GGUF architecture {arch!r} is not supported; tenor imports llama")
+    if "rope_freqs.weight" in tensors:
+        raise CheckpointError(f"{meta.path}: llama3-style rope_freqs in GGUF is not supported")
+    d = int(meta.require("llama.embedding_length"))
+    heads = int(meta.require("llama.attention.head_count"))
+    head_dim = int(meta.get("llama.attention.key_length", d // heads))
+    rotary = int(meta.get("llama.rope.dimension_count", head_dim))
+    if rotary != head_dim:
+        raise CheckpointError(f"{meta.path}: partial rotary ({rotary} of {head_dim} dims) is not supported")
+    embed = tensors.get("token_embd.weight")
+    if embed is None:
+        raise CheckpointError(f"{meta.path}: tensor token_embd.weight is missing")
+    eos = tuple(dict.fromkeys(  # end-of-turn ids end generation too (Llama 3's eot / eom)
+        int(v) for k in ("eos_token_id", "eot_token_id", "eom_token_id")
+        if (v := meta.get(f"tokenizer.ggml.{k}")) is not None))
+    bos = meta.get("tokenizer.ggml.bos_token_id")
+    try:
+        return ModelConfig(
+            arch="llama", vocab_size=int(embed.shape[1]), hidden_size=d,
+            intermediate_size=int(meta.require("llama.feed_forward_length")),
+            num_layers=int(meta.require("llama.block_count")), num_heads=heads,
+            num_kv_heads=int(meta.get("llama.attention.head_count_kv", heads)), head_dim=head_dim,
+            max_position_embeddings=int(meta.get("llama.context_length", 2048)),
+            norm_eps=float(meta.require("llama.attention.layer_norm_rms_epsilon")),
+            rope_theta=float(meta.get("llama.rope.freq_base", 10000.0)), rope_scaling=_rope_scaling(meta),
+            tie_word_embeddings="output.weight" not in tensors,
+            bos_token_id=None if bos is None else int(bos), eos_token_ids=eos,
+        )
+    except ValueError as exc:
+        raise CheckpointError(f"{meta.path}: {exc}") from None
+
+
+def _rope_scaling(meta: _Metadata) -> RopeScaling | None:
+    kind = meta.get("llama.rope.scaling.type", "none")
+    if kind == "none":
+        return None
+    if kind == "linear":
+        return RopeScaling("linear", factor=float(meta.require("llama.rope.scaling.factor")))
+    raise CheckpointError(f"{meta.path}: rope scaling {kind!r} is not supported; tenor supports linear")
+
+
+def _tenor_name(path: Path, gguf_name: str) -> tuple[str, int]:
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name], 0
+    parts = gguf_name.split(".", 2)
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _LAYER_NAMES:
+        name, index = _LAYER_NAMES[parts[2]]
+        return f"layers.{parts[1]}.{name}", index
+    raise CheckpointError(f"{path}: unexpected tensor {gguf_name} for a llama model")
+
+
+def _read_weight(path: Path, config: ModelConfig, name: str, parts: dict[int, ReaderTensor]) -> torch.Tensor:
+    """One tenor tensor, float32, from its GGUF piece(s).
+
+    Quantized rows are self-contained (each row is whole blocks), so q/k rows are reordered
+    and pieces stacked on the raw data, and one dequantize call makes the fused tensor.
+    """
+    shape = float_specs(config)[name].shape
+    rows = piece_rows(config, name)
+    tensors, raws = [], []
+    for i, count in enumerate(rows):
+        if i not in parts:
+            raise CheckpointError(f"{path}: missing tensor {_gguf_name(name, i)}")
+        tensor = parts[i]
+        ggml_shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
+        if ggml_shape != (count, *shape[1:]):
+            raise CheckpointError(f"{path}: tensor {tensor.name} has shape {list(ggml_shape)}, "
+                                  f"expected {[count, *shape[1:]]} for the model config")
+        data = tensor.data.view(np.ndarray)  # plain ndarray: memmap slicing costs ~1 s over a model
+        if data.nbytes != tensor.n_bytes:
+            raise CheckpointError(f"{path}: tensor {tensor.name} is cut short; the file is truncated")
+        if tensor.name.endswith((".attn_q.weight", ".attn_k.weight")):
+            heads = config.num_heads if ".attn_q." in tensor.name else config.num_kv_heads
+            data = data[rotary_row_order(count, heads)]
+        tensors.append(tensor)
+        raws.append(data)
+    if len({t.tensor_type for t in tensors}) == 1:
+        data = raws[0] if len(raws) == 1 else np.concatenate(raws)
+        values = _dequantize(path, tensors[0], data).reshape(shape)
+    else:  # mixed types (e.g. Q4_K_M keeps attn_v at Q6_K): dequantize each, then stack
+        values = np.concatenate([_dequantize(path, t, d).reshape(d.shape[0], -1) for t, d in zip(tensors, raws)])
+        values = values.reshape(shape)
+    if not values.flags.writeable:  # an F32 tensor is a read-only view of the mapped file
+        values = values.copy()
+    return torch.from_numpy(values)
+
+
+def rotary_row_order(rows: int, heads: int) -> np.ndarray:
+    """Indices that take llama.cpp's interleaved q/k rows to rotate-half rows:
+    output row (head, half, j) is input row (head, j, half)."""
+    return np.arange(rows).reshape(heads, rows // heads // 2, 2).transpose(0, 2, 1).reshape(-1)
+
+
+def _dequantize(path: Path, tensor: ReaderTensor, data: np.ndarray) -> np.ndarray:
+    qtype = tensor.tensor_type
+    try:
+        if qtype == GGMLQuantizationType.Q8_K:
+            values = _dequantize_q8_k(data)
+        elif qtype == GGMLQuantizationType.F64:
+            values = data.astype(np.float32)
+        else:
+            values = dequantize(data, qtype)
+    except NotImplementedError:
+        raise CheckpointError(
+            f"{path}: tensor {tensor.name} has GGUF type {qtype.name}, which tenor cannot import; "
+            "supported: F32, F16, BF16, F64, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q8_K and the IQ types"
+        ) from None
+    return np.asarray(values, dtype=np.float32)
+
+
+def _dequantize_q8_k(data: np.ndarray) -> np.ndarray:
+    # Q8_K block (256 values, 292 bytes): float32 scale, 256 int8 quants, 16 int16 partial sums.
+    blocks = data.reshape(-1, 292)
+    scale = blocks[:, :4].copy().view(np.float32)
+    quants = blocks[:, 4:260].copy().view(np.int8).astype(np.float32)
+    return (quants * scale).reshape(*data.shape[:-1], -1)
+
+
+def _gguf_name(name: str, index: int) -> str:
+    """The GGUF name of piece `index` of tenor tensor `name` (for messages)."""
+    for gguf_name, tenor_name in _GLOBAL_NAMES.items():
+        if tenor_name == name:
+            return gguf_name
+    layer, rest = name.split(".", 2)[1:]
+    suffix = next(k for k, v in _LAYER_NAMES.items() if v == (rest, index))
+    return f"blk.{layer}.{suffix}"

@@ -1,0 +1,153 @@
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+
+from tenor.checkpoints.gguf import _dequantize_q8_k, load_gguf, rotary_row_order
+from tenor.errors import CheckpointError
+from tenor.registry import SMOLLM2_135M
+from tests.checkpoints.tiny_gguf import LAYER_NAMES, copy_gguf, llama_cpp_permute, write_llama_gguf
+from tests.checkpoints.tiny_hf import assert_matches_hf, llama_pieces, make_llama
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory) -> dict[str, torch.Tensor]:
+    # d=32 so rows are whole Q8_0 blocks; 4 heads / 2 kv heads exercise both permutations.
+    return make_llama(tmp_path_factory.mktemp("hf"), rope=None)
+
+
+def _write(path: Path, hf, **kwargs) -> Path:
+    write_llama_gguf(path, hf, heads=4, kv_heads=2, ffn=48, **kwargs)
+    return path
+
+
+def test_rotary_row_order_inverts_llama_cpp_permute():
+    for heads, head_dim in [(1, 2), (3, 8), (9, 64)]:
+        rows = np.arange(heads * head_dim * 5).reshape(heads * head_dim, 5)
+        permuted = llama_cpp_permute(rows, heads)
+        assert not np.array_equal(permuted, rows) or head_dim == 2
+        assert np.array_equal(permuted[rotary_row_order(heads * head_dim, heads)], rows)
+
+
+def test_float_gguf_matches_hf(tmp_path, tiny_hf):
+    loaded = load_gguf(_write(tmp_path / "m.gguf", tiny_hf))
+    c = loaded.config
+    assert (c.arch, c.vocab_size, c.hidden_size, c.intermediate_size, c.num_layers) == ("llama", 96, 32, 48, 2)
+    assert (c.num_heads, c.num_kv_heads, c.head_dim, c.rope_theta, c.norm_eps) == (4, 2, 8, 50000.0, 1e-5)
+    assert (c.max_position_embeddings, c.bos_token_id, c.eos_token_ids) == (256, 1, (2,))
+    assert not c.tie_word_embeddings and c.rope_scaling is None
+    assert (loaded.kind, loaded.tokenizer_path) == ("gguf", None)  # no tokenizer.ggml.tokens in this file
+    assert_matches_hf(loaded.weights, tiny_hf, llama_pieces(2, tied=False))
+
+
+@pytest.mark.parametrize("hf_types", [
+    {"q_proj": Q.Q8_0, "k_proj": Q.Q8_0, "v_proj": Q.Q8_0, "gate_proj": Q.Q8_0, "up_proj": Q.Q8_0},
+    {"q_proj": Q.Q8_0, "k_proj": Q.Q8_0, "gate_proj": Q.Q8_0, "up_proj": Q.BF16, "embed_tokens": Q.Q8_0},
+], ids=["same-type", "mixed"])
+def test_quantized_types(tmp_path, tiny_hf, hf_types):
+    """Quantized q/k rows are reordered before dequantizing and same-type pieces stacked raw;
+    the result must equal what quantization alone does to each HF tensor."""
+    by_suffix = {hf.split(".")[-2]: g for hf, g in LAYER_NAMES.items()} | {"embed_tokens": "token_embd.weight"}
+    loaded = load_gguf(_write(tmp_path / "m.gguf", tiny_hf,
+                              qtypes={by_suffix[k]: t for k, t in hf_types.items()}))
+    expected = {}
+    for name, tensor in tiny_hf.items():
+        qtype = hf_types.get(name.split(".")[-2])
+        if qtype is None:
+            expected[name] = tensor
+        else:
+            data = gguf.quants.quantize(tensor.numpy(), qtype)
+            expected[name] = torch.from_numpy(gguf.quants.dequantize(data, qtype).reshape(tensor.shape).copy())
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(expected[q], tiny_hf[q])  # the quantization did change the values
+    assert_matches_hf(loaded.weights, expected, llama_pieces(2, tied=False))
+
+
+def test_tied_when_output_is_absent(tmp_path, tiny_hf):
+    hf = {k: v for k, v in tiny_hf.items() if k != "lm_head.weight"}
+    loaded = load_gguf(_write(tmp_path / "m.gguf", hf))
+    assert loaded.config.tie_word_embeddings and "lm_head.weight" not in loaded.weights
+
+
+def test_unsupported_quant_type(tmp_path, tiny_hf):
+    # Q8_1 (llama.cpp's activation format) has no dequantizer; a block is 32 values in 40 bytes.
+    path = _write(tmp_path / "m.gguf", tiny_hf)
+    q8_1 = np.zeros((16, 40), dtype=np.uint8)  # blk.1.attn_v is [16, 32]
+    copy_gguf(path, tmp_path / "q.gguf", replace={"blk.1.attn_v.weight": (q8_1, Q.Q8_1)})
+    with pytest.raises(CheckpointError, match=r"q\.gguf: tensor blk\.1\.attn_v\.weight has GGUF type Q8_1, "
+                                              r"which tenor cannot import"):
+        load_gguf(tmp_path / "q.gguf")
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.02])
+def test_truncated(tmp_path, tiny_hf, keep):
+    path = _write(tmp_path / "m.gguf", tiny_hf)
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(CheckpointError, match=r"m\.gguf: .*truncated"):
+        load_gguf(path)
+
+
+def test_wrong_architecture_and_shapes(tmp_path, tiny_hf):
+    with pytest.raises(CheckpointError, match=r"m\.gguf: GGUF architecture 'gpt2' is not supported"):
+        load_gguf(_write(tmp_path / "m.gguf", tiny_hf, arch="gpt2"))
+    bad = dict(tiny_hf)
+    bad["model.layers.1.mlp.down_proj.weight"] = torch.zeros(32, 40)
+    with pytest.raises(CheckpointError, match=r"tensor blk\.1\.ffn_down\.weight has shape \[32, 40\], expected \[32, 48\]"):
+        load_gguf(_write(tmp_path / "bad.gguf", bad))
+    with pytest.raises(CheckpointError, match="llama3-style rope_freqs"):
+        load_gguf(_write(tmp_path / "rope.gguf", tiny_hf, extra={"rope_freqs.weight": np.ones(4, np.float32)}))
+    with pytest.raises(CheckpointError, match=r"unexpected tensor blk\.0\.attn_q\.bias"):
+        load_gguf(_write(tmp_path / "bias.gguf", tiny_hf, extra={"blk.0.attn_q.bias": np.ones(32, np.float32)}))
+    with pytest.raises(CheckpointError, match="no such GGUF file"):
+        load_gguf(tmp_path / "nope.gguf")
+
+
+def test_q8_k_dequantize():
+    quants = np.arange(-128, 128, dtype=np.int8)
+    block = np.concatenate([np.array([0.5], np.float32).view(np.uint8), quants.view(np.uint8),
+                            np.zeros(32, np.uint8)])
+    data = np.stack([block, block])
+    assert np.array_equal(_dequantize_q8_k(data), np.stack([quants * 0.5, quants * 0.5]).astype(np.float32))
+
+
+@pytest.fixture(scope="module")
+def default_gguf() -> Path:
+    from tenor.checkpoints.default_model import default_gguf_path
+
+    try:
+        return default_gguf_path()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def smollm(default_gguf):
+    return load_gguf(default_gguf)
+
+
+def test_default_model(smollm, default_gguf):
+    assert smollm.config == SMOLLM2_135M
+    assert smollm.tokenizer_path == default_gguf and smollm.kind == "gguf"
+    assert "lm_head.weight" not in smollm.weights
+    assert all(t.dtype == torch.float32 for t in smollm.weights.values())
+
+
+@pytest.mark.slow
+def test_default_model_matches_transformers(smollm, default_gguf, tmp_path, monkeypatch):
+    """HF transformers' own GGUF loader, on the first two blocks of the default model
+    (the same tensor bytes; the full file takes HF ~20 s of CPU)."""
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    copy_gguf(default_gguf, tmp_path / "small.gguf", layers=2, drop_arrays=True)
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="small.gguf", dtype=torch.float32).state_dict()
+    small = load_gguf(tmp_path / "small.gguf")
+    assert small.config.num_layers == 2
+    for name, tensor in small.weights.items():  # the cut file reads exactly as the full one
+        assert torch.equal(tensor, smollm.weights[name]), name
+    hf.pop("lm_head.weight")  # tied: HF's state dict lists the embedding twice
+    assert_matches_hf(small.weights, hf, llama_pieces(2, tied=True))
