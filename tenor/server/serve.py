@@ -29,7 +29,8 @@ from tenor.errors import UserError
 from tenor.server.http.app import begin_drain, build_app, context_of
 
 # After the engine drained, how long uvicorn may take to flush the last bytes and close.
-CLOSE_GRACE_S = 3.0
+# An engine that let requests run past its drain timeout has them cut off here.
+CLOSE_GRACE_S = 2.0
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -162,6 +163,7 @@ async def _serve(engine_factory: Callable[[], Engine], sock: socket.socket, opti
             return 1
         begin_drain(app)
         if not await _unless(signals.forced, engine.stop(options.drain_timeout_s)):
+            server.force_exit = True  # uvicorn then closes connections without waiting
             await engine.stop(0.0)
         server.should_exit = True
         await serving

@@ -1,10 +1,13 @@
-"""Test helpers for the HTTP face: an in-process ASGI client and a real uvicorn server."""
+"""Test helpers for the HTTP face: an in-process ASGI client, a real uvicorn server on a
+thread, and a serving subprocess."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import socket
+import subprocess
 import threading
 from typing import AsyncIterator
 
@@ -69,3 +72,44 @@ class LiveServer:
         self._ready.set()
         await serving
         await self.engine.stop()
+
+
+class ServeProcess:
+    """A `tenor serve`-like command in a subprocess: waits for its one ready line, and always
+    kills it on exit. `url` comes from that line, so tests never guess the port."""
+
+    READY_PREFIX = "tenor: serving "
+
+    def __init__(self, argv: list[str], ready_timeout_s: float = 60.0) -> None:
+        self.argv = argv
+        self.ready_timeout_s = ready_timeout_s
+        self.proc: subprocess.Popen[str] | None = None
+        self.ready_line = ""
+        self.url = ""
+
+    def __enter__(self) -> "ServeProcess":
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        readable, _, _ = select.select([self.proc.stdout], [], [], self.ready_timeout_s)
+        line = self.proc.stdout.readline() if readable else ""  # type: ignore[union-attr]
+        if not line.startswith(self.READY_PREFIX):
+            self.proc.kill()
+            _, stderr = self.proc.communicate(timeout=10)
+            raise RuntimeError(f"no ready line (got {line!r}); stderr:\n{stderr[-3000:]}")
+        self.ready_line = line.rstrip("\n")
+        self.url = self.ready_line.rsplit(" at ", 1)[1]
+        return self
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout_s: float) -> tuple[int, str, str]:
+        """Exit status and the rest of stdout and stderr."""
+        assert self.proc is not None
+        stdout, stderr = self.proc.communicate(timeout=timeout_s)
+        return self.proc.returncode, stdout, stderr
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate(timeout=10)

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from tenor.engine.api import OverloadedError
+from tenor.engine.api import FinishReason, OverloadedError, RequestOutput, SampleDelta
 from tenor.engine.mock_engine import MockEngine
 from tenor.server.http.app import MAX_BODY_BYTES
 from tests.server.http.live import asgi_client
@@ -136,3 +136,35 @@ async def test_an_engine_crash_mid_stream_ends_the_stream_with_an_error_event():
     lines = [json.loads(line) for line in ndjson.text.splitlines()]
     assert lines[:2] == [{"text": "d"}, {"text": "e"}]
     assert lines[-1]["error"]["code"] == "internal_error"
+
+
+class AbortingAfterOne(MockEngine):
+    """Ends every sample with ABORT after one token, as an engine stopping past its drain does."""
+
+    def generate(self, request):
+        outputs = super().generate(request)
+
+        async def aborting():
+            async for output in outputs:
+                deltas = tuple(
+                    SampleDelta(d.index, d.token_ids, d.text, d.cumulative_logprob, d.logprobs, FinishReason.ABORT)
+                    for d in output.deltas
+                )
+                yield RequestOutput(output.request_id, deltas, output.num_prompt_tokens, True)
+                return
+
+        return aborting()
+
+
+async def test_requests_the_engine_aborts_are_503s_or_end_their_stream_with_an_error():
+    async with asgi_client(AbortingAfterOne()) as (client, _):
+        whole = await client.post("/v1/chat/completions", json=CHAT)
+        jetstream = await client.post("/generate", json={"prompt": "abc"})
+        sse = await client.post("/v1/completions", json={"prompt": "abc", "stream": True})
+        ndjson = await client.post("/generate", json={"prompt": "abc", "stream": True})
+    assert_error(whole, 503, "aborted")
+    assert_error(jetstream, 503, "aborted")
+    events = [block[len("data: "):] for block in sse.text.split("\n\n") if block]
+    assert json.loads(events[-2])["error"]["code"] == "aborted" and events[-1] == "[DONE]"
+    lines = [json.loads(line) for line in ndjson.text.splitlines()]
+    assert lines == [{"text": "d"}, {"error": lines[-1]["error"]}] and lines[-1]["error"]["code"] == "aborted"
