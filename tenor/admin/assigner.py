@@ -106,6 +106,8 @@ def _initial_room(servers: Sequence[ServerView], needs: dict[str, int]) -> _Room
 
 
 def _shortfall_reason(model: ModelDemand, servers: Sequence[ServerView], room: _Room, taken: set[str]) -> str:
+    if not servers:
+        return "no model server has joined the cell"
     serving = [s for s in servers if s.can_serve(model.config_name, model.constraints) and not s.draining]
     if not serving:
         tags = ",".join(sorted(model.constraints))

@@ -24,6 +24,7 @@ def mdl(name: str, replicas: int, gb: int = 1, *, config: str = "c", tags: str =
 
 CASES = {
     "empty cell plans nothing": ([srv("s1")], [], ""),
+    "no servers at all": ([], [mdl("m", 1)], "short m by 1: no model server has joined the cell"),
     "spreads replicas over the servers with most room": (
         [srv("s1", 8), srv("s2", 16), srv("s3", 4)], [mdl("m", 2)],
         "load m on s1\nload m on s2"),

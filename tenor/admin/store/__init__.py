@@ -14,7 +14,7 @@ from tenor.errors import UserError
 ROOT_ENV = "TENOR_ROOT"
 
 __all__ = ["AdminLocation", "CellState", "CellStore", "Leadership", "LostLeadership", "ModelSpec",
-           "RootSpec", "StoreError", "open_store", "parse_root", "resolve_root", "ROOT_ENV"]
+           "RootSpec", "StoreError", "list_cells", "open_store", "parse_root", "resolve_root", "ROOT_ENV"]
 
 _ETCD = re.compile(r"^etcd://(?P<host>[A-Za-z0-9_.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})(?P<prefix>(/[A-Za-z0-9_.\-]+)*)/?$")
 
@@ -69,3 +69,29 @@ def open_store(root: str, cell: CellName, *, etcd_ttl_s: int | None = None) -> C
     if not os.path.isdir(spec.location):
         raise UserError(f"cell root {spec.location} is not a directory (create it first)")
     return FileCellStore(spec.location, cell)
+
+
+def list_cells(root: str) -> list[CellName]:
+    """The cells that exist in a root (an admin has served them at least once)."""
+    spec = parse_root(root)
+    if spec.kind == "etcd":
+        from tenor.admin.store.etcd_client import EtcdClient
+
+        client = EtcdClient(spec.location)
+        try:
+            base = f"{spec.prefix}/tenor/".encode()
+            keys = client.keys_with_prefix(base)
+        finally:
+            client.close()
+        names = {k[len(base):].decode().split("/")[0] for k in keys if k.endswith(b"/config")}
+    elif spec.kind == "memory":
+        from tenor.admin.store.memory import cell_names
+
+        names = set(cell_names(spec.location))
+    else:
+        base_dir = os.path.join(spec.location, "tenor")
+        if not os.path.isdir(spec.location):
+            raise UserError(f"cell root {spec.location} is not a directory")
+        names = {d for d in (os.listdir(base_dir) if os.path.isdir(base_dir) else ())
+                 if os.path.isfile(os.path.join(base_dir, d, "config.json"))}
+    return [CellName(n) for n in sorted(names)]

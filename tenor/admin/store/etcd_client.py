@@ -50,6 +50,11 @@ class EtcdClient:
         return KeyValue(base64.b64decode(kv["key"]), base64.b64decode(kv.get("value", "")),
                         int(kv.get("create_revision", 0)), int(kv.get("mod_revision", 0)), int(kv.get("lease", 0)))
 
+    def keys_with_prefix(self, prefix: bytes) -> list[bytes]:
+        end = prefix[:-1] + bytes([prefix[-1] + 1])  # etcd's range end for "every key starting with prefix"
+        kvs = self._call("kv/range", {"key": _b64(prefix), "range_end": _b64(end), "keys_only": True}).get("kvs") or []
+        return sorted(base64.b64decode(kv["key"]) for kv in kvs)
+
     def put(self, key: bytes, value: bytes, lease: int = 0) -> None:
         body: dict[str, object] = {"key": _b64(key), "value": _b64(value)}
         if lease:

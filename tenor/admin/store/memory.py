@@ -30,6 +30,11 @@ def reset_memory_roots() -> None:
         _ROOTS.clear()
 
 
+def cell_names(name: str) -> list[str]:
+    with _LOCK:
+        return sorted(c for c, cell in _ROOTS.get(name, {}).items() if cell.configured)
+
+
 class MemoryLeadership:
     keepalive_s = 0.1
 
