@@ -42,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                         help=f"require 'Authorization: Bearer KEY' on /v1/* and /generate (default: ${API_KEY_ENV})")
     parser.add_argument("--max-waiting", type=int, default=EngineOptions.max_waiting,
-                        help=f"requests allowed to wait for a slot; more get 429 (default: {EngineOptions.max_waiting})")
+                        help="requests allowed to wait for a slot; more get 429 "
+                        f"(default: {EngineOptions.max_waiting})")
     parser.add_argument("--kv-cache-gb", type=float, default=None,
                         help="KV-cache budget in GiB (default: sized from the model's batch and context)")
     parser.add_argument("--quantize-kv-cache", action="store_true", help="keep the KV cache in int8")

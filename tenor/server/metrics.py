@@ -35,7 +35,9 @@ class EngineStatsCollector(Collector):
         yield _gauge("num_requests_running", "Requests in decode slots.", stats.num_running)
         yield _gauge("num_requests_waiting", "Requests waiting for a slot.", stats.num_waiting)
         yield _gauge("kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0..1).", stats.kv_cache_usage)
-        yield _counter("prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", stats.prefix_cache_queries)
+        yield _counter(
+            "prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", stats.prefix_cache_queries
+        )
         yield _counter("prefix_cache_hits", "Prompt tokens found in the prefix cache.", stats.prefix_cache_hits)
         yield _counter("num_preemptions", "Requests preempted to free KV-cache blocks.", stats.num_preemptions)
         yield _counter("prompt_tokens", "Prompt tokens prefilled.", stats.prompt_tokens_total)

@@ -28,7 +28,8 @@ def free_port() -> int:
 
 
 def test_serve_answers_both_apis_and_drains_on_sigterm():
-    argv = [sys.executable, "-m", "tenor.cli.main", "serve", "--model", "test.TinyLlamaRandom", "--port", str(free_port())]
+    port = str(free_port())
+    argv = [sys.executable, "-m", "tenor.cli.main", "serve", "--model", "test.TinyLlamaRandom", "--port", port]
     with ServeProcess(argv) as server:
         match = READY.match(server.ready_line)
         assert match, server.ready_line
@@ -130,6 +131,7 @@ def test_flags_reach_the_engine_options():
 def test_defaults_and_the_api_key_from_the_environment(monkeypatch):
     monkeypatch.setenv(serve_cmd.API_KEY_ENV, "k")
     args = build_parser().parse_args(["serve"])
-    assert (args.model, args.host, args.port, args.drain_timeout) == ("llama.SmolLM2_135M_Instruct", "127.0.0.1", 8000, 10.0)
+    assert (args.model, args.host, args.port) == ("llama.SmolLM2_135M_Instruct", "127.0.0.1", 8000)
+    assert args.drain_timeout == 10.0
     assert args.api_key == "k"
     assert args.dtype is None and not args.quantize_kv_cache

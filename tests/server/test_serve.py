@@ -128,7 +128,12 @@ def test_urls_name_the_bound_port_and_bracket_ipv6():
 
 @pytest.mark.parametrize(
     "kwargs, fragment",
-    [({"port": 70000}, "port"), ({"drain_timeout_s": -1}, "drain"), ({"api_key": " "}, "api key"), ({"host": ""}, "host")],
+    [
+        ({"port": 70000}, "port"),
+        ({"drain_timeout_s": -1}, "drain"),
+        ({"api_key": " "}, "api key"),
+        ({"host": ""}, "host"),
+    ],
 )
 def test_serve_options_are_checked(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from tenor.engine.api import Engine, FinishReason, GenerateRequest, RequestOutput, TokenLogprob
 from tenor.server.http.errors import ApiError, from_engine_error
@@ -99,9 +101,24 @@ class Generation:
         return GenerationResult(self.request.request_id, self.num_prompt_tokens, tuple(samples))
 
     async def aclose(self) -> None:
-        """For a generation that will never be iterated (the client left before the stream began)."""
+        """Ends the request in the engine if it still runs; harmless after the end."""
         await _close(self._outputs)
         self._timer.finish(self.request.sampling.n)
+
+
+class GenerationStream(StreamingResponse):
+    """Streams `body` (made from `generation`) and closes the generation however the stream
+    ends: a body iterator cancelled before its first step never runs its own cleanup."""
+
+    def __init__(self, generation: Generation, body: AsyncIterator[str], media_type: str, headers: dict[str, str]):
+        super().__init__(body, media_type=media_type, headers=headers)
+        self._generation = generation
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._generation.aclose()
 
 
 async def _close(outputs: AsyncIterator[RequestOutput] | None) -> None:

@@ -19,14 +19,14 @@ import logging
 from typing import AsyncIterator
 
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from tenor.engine.api import FinishReason, HealthState, SamplingParams
 from tenor.server.http.auth import ApiKeyGuard
 from tenor.server.http.context import ServerContext
 from tenor.server.http.disconnect import ClientDisconnected, cancel_on_disconnect
 from tenor.server.http.errors import ApiError, from_engine_error
-from tenor.server.http.generation import Generation
+from tenor.server.http.generation import Generation, GenerationStream
 from tenor.server.http.sampling import stop_strings, top_k_value
 from tenor.server.http.schemas import GenerateBody
 
@@ -68,7 +68,7 @@ def build_router(ctx: ServerContext, guard: ApiKeyGuard) -> APIRouter:
         try:
             generation = await cancel_on_disconnect(request, Generation.start(ctx.engine, engine_request, timer))
             if body.stream:
-                return StreamingResponse(_ndjson(generation), media_type=NDJSON, headers=headers)
+                return GenerationStream(generation, _ndjson(generation), NDJSON, headers)
             result = await cancel_on_disconnect(request, generation.collect())
         except ClientDisconnected:
             return Response(status_code=CLIENT_CLOSED)

@@ -12,7 +12,6 @@ import logging
 from typing import AsyncIterator
 
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from tenor.engine.api import FinishReason, GenerateRequest
@@ -21,7 +20,7 @@ from tenor.server.http.context import ServerContext
 from tenor.server.http.disconnect import ClientDisconnected, cancel_on_disconnect
 from tenor.server.http.errors import bad_request, from_engine_error
 from tenor.server.http.formatters import ChatFormatter, CompletionFormatter, Formatter, dumps
-from tenor.server.http.generation import Generation
+from tenor.server.http.generation import Generation, GenerationStream
 from tenor.server.http.jetstream import CLIENT_CLOSED, aborted_error
 from tenor.server.http.sampling import openai_sampling, reject_unsupported
 from tenor.server.http.schemas import (
@@ -95,8 +94,7 @@ async def _respond(
     try:
         generation = await cancel_on_disconnect(request, Generation.start(ctx.engine, engine_request, timer))
         if stream:
-            events = _sse(generation, formatter, include_usage)
-            return StreamingResponse(events, media_type=SSE, headers=headers)
+            return GenerationStream(generation, _sse(generation, formatter, include_usage), SSE, headers)
         result = await cancel_on_disconnect(request, generation.collect())
     except ClientDisconnected:
         return Response(status_code=CLIENT_CLOSED)

@@ -44,9 +44,8 @@ async def test_generate_passes_sampling_fields_to_the_engine():
     async with asgi_client(Recording()) as (client, _):
         assert (await client.post("/generate", json=body)).status_code == 200
     sampling = seen[0].sampling
-    assert (sampling.max_tokens, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed, sampling.stop) == (
-        3, 0.7, 5, 0.9, 7, ("x",)
-    )
+    fields = (sampling.max_tokens, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed, sampling.stop)
+    assert fields == (3, 0.7, 5, 0.9, 7, ("x",))
     assert seen[0].prompt_token_ids == tuple(MockEngine().tokenizer.encode("abc"))
 
 
