@@ -78,6 +78,7 @@ class ModelRecord:
     last_failure: str = ""
     shortfall: str = ""
     stale: set[str] = field(default_factory=set)  # servers whose replica needs UpdateLoaded
+    roll_halted: bool = False  # a reload failed: leave the other replicas serving the old version
 
     def gave_up(self, max_attempts: int) -> bool:
         return len(self.failures) >= max_attempts
@@ -189,6 +190,7 @@ class Manager:
             record.spec, record.placement, record.token = spec, placement, next(_tokens)
             record.failures.clear()
             record.last_failure = ""
+            record.roll_halted = False
             if reload:
                 record.stale = {a for a, s in self.servers.items() if name in s.replicas}
         log.info("updated %s: %d replicas, checkpoint %s", name, spec.replicas, spec.checkpoint)
@@ -241,6 +243,9 @@ class Manager:
                 and result.kind in ("load", "update")):
             record.failures[result.server] = result.reason
             record.last_failure = f"{result.server}: {result.reason}"
+            if result.kind == "update":
+                record.stale.clear()
+                record.roll_halted = True
             log.warning("%s failed to %s on %s: %s", result.model, result.kind, result.server, result.reason)
         self._book.poke()
         self._wake.set()
@@ -292,7 +297,7 @@ class Manager:
                 if replica.status == ReplicaStatus.FAILED and current and server.address not in record.failures:
                     record.failures[server.address] = replica.failure_reason
                     record.last_failure = f"{server.address}: {replica.failure_reason}"
-                elif replica.status == ReplicaStatus.LOADED and not current:
+                elif replica.status == ReplicaStatus.LOADED and not current and not record.roll_halted:
                     record.stale.add(server.address)
 
     def _run_plan(self) -> None:
@@ -315,7 +320,8 @@ class Manager:
         for name, record in self._models.items():
             record.stale = {a for a in record.stale if a in self.servers and self.servers[a].replicas.get(name)
                             and self.servers[a].replicas[name].status in (ReplicaStatus.LOADING, ReplicaStatus.LOADED)}
-            if not record.stale or any(name in self.servers[a].pending for a in record.stale):
+            # Wait while any replica of this model is mid-action (the previous reload, a new load).
+            if not record.stale or any(name in s.pending for s in self.servers.values()):
                 continue
             ready = sorted(a for a in record.stale
                            if self.servers[a].replicas[name].status == ReplicaStatus.LOADED)
