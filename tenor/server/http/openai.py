@@ -151,18 +151,25 @@ def _completion_prompt(ctx: ServerContext, prompt: str | list[str] | list[int] |
     if isinstance(prompt, str):
         return ctx.engine.tokenizer.encode(prompt)
     if prompt and all(isinstance(item, int) for item in prompt):
-        return _checked_ids(prompt)  # type: ignore[arg-type]
+        return _checked_ids(ctx, prompt)  # type: ignore[arg-type]
     if len(prompt) != 1:
         raise bad_request(f"'prompt' must hold exactly one prompt, got {len(prompt)}", "prompt")
     only = prompt[0]
     if isinstance(only, str):
         return ctx.engine.tokenizer.encode(only)
-    return _checked_ids(only)  # type: ignore[arg-type]
+    return _checked_ids(ctx, only)  # type: ignore[arg-type]
 
 
-def _checked_ids(ids: list[int]) -> list[int]:
-    if any(token_id < 0 for token_id in ids):
-        raise bad_request("'prompt' token ids must be >= 0", "prompt")
+def _checked_ids(ctx: ServerContext, ids: list[int]) -> list[int]:
+    """Token ids from the client index the embedding table: one out of range would fail the
+    engine step for every request batched with it. The contract's Tokenizer has no vocab
+    size, but tenor's tokenizers do; without one only negative ids can be caught here."""
+    vocab_size = getattr(ctx.engine.tokenizer, "vocab_size", None)
+    limit = vocab_size if isinstance(vocab_size, int) else None
+    for token_id in ids:
+        if token_id < 0 or (limit is not None and token_id >= limit):
+            valid = f"0 to {limit - 1}" if limit is not None else "0 or more"
+            raise bad_request(f"'prompt' token id {token_id} is out of range (valid ids: {valid})", "prompt")
     return list(ids)
 
 
