@@ -25,22 +25,23 @@ def _relativize(path: Path) -> None:
         path.write_text(fixed)
 
 
-def generate() -> list[Path]:
-    """Compiles the protos; returns the files written, sorted."""
+def generate(proto_dir: Path = PROTO_DIR) -> list[Path]:
+    """Compiles the protos in `proto_dir` (a `<root>/tenor/proto` folder); returns the files written, sorted."""
     from grpc_tools import protoc  # a build-time dependency only
 
-    protos = sorted(PROTO_DIR.glob("*.proto"))
+    repo_root = proto_dir.parent.parent
+    protos = sorted(proto_dir.glob("*.proto"))
     if not protos:
-        raise FileNotFoundError(f"no .proto files in {PROTO_DIR}")
+        raise FileNotFoundError(f"no .proto files in {proto_dir}")
     include = Path(protoc.__file__).resolve().parent / "_proto"
     args = [
         "protoc",
-        f"-I{REPO_ROOT}",
+        f"-I{repo_root}",
         f"-I{include}",
-        f"--python_out={REPO_ROOT}",
-        f"--pyi_out={REPO_ROOT}",
-        f"--grpc_python_out={REPO_ROOT}",
-        *(str(p.relative_to(REPO_ROOT)) for p in protos),
+        f"--python_out={repo_root}",
+        f"--pyi_out={repo_root}",
+        f"--grpc_python_out={repo_root}",
+        *(str(p.relative_to(repo_root)) for p in protos),
     ]
     if protoc.main(args) != 0:
         raise RuntimeError("protoc failed; see the messages above")
@@ -48,7 +49,7 @@ def generate() -> list[Path]:
     for proto in protos:
         stem = proto.stem
         for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"):
-            out = PROTO_DIR / f"{stem}{suffix}"
+            out = proto_dir / f"{stem}{suffix}"
             if out.exists():
                 _relativize(out)
                 written.append(out)

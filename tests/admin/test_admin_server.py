@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import grpc
+import httpx
 import pytest
 
 from tenor.client.admin_client import AdminClient, AdminError
-from tenor.proto import common_pb2
+from tenor.proto import admin_pb2, admin_pb2_grpc, common_pb2
 from tests.fakes.cell import AdminProcess, wait_until
 from tests.fakes.modelet import FakeModelServer
 
@@ -86,3 +87,51 @@ def test_replica_changes_never_reload_serving_replicas(root, admin, client) -> N
         client.unpublish(MODEL)
         wait_until(lambda: all(s.modelet.status_of(MODEL) == common_pb2.NONE for s in (s1, s2)), 10, "unloads")
         assert client.list() == []
+
+
+def test_standby_refuses_serves_its_page_and_takes_over_on_sigterm(root) -> None:
+    with AdminProcess(root, CELL) as first:
+        first.wait_leader()
+        with AdminProcess(root, CELL) as second:
+            second.wait_serving()
+            channel = grpc.insecure_channel(second.address)
+            with pytest.raises(grpc.RpcError) as info:
+                admin_pb2_grpc.AdminStub(channel).List(admin_pb2.ListRequest(), timeout=5)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE and "standby" in info.value.details()
+            channel.close()
+            assert _get(second.http_port, "/healthz") == (200, "standby\n")
+            assert first.address in _get(second.http_port, "/")[1]
+
+            client = AdminClient(root, CELL, timeout_s=10)
+            with FakeModelServer(root, CELL) as server:
+                client.publish(MODEL, TINY, None, 1)
+                client.wait_for_ready(MODEL, 1, timeout_s=10)
+                status, page = _get(first.http_port, "/")
+                assert status == 200 and MODEL in page and server.address in page and "LOADED" in page
+                assert _get(first.http_port, "/nope")[0] == 404
+
+                assert first.terminate() == 0  # a clean stop releases the lead at once
+                second.wait_leader(timeout_s=10)
+                assert client.list(MODEL)[0].model.requested_replicas == 1
+                assert client.wait_for_ready(MODEL, 1, timeout_s=10) == [server.address]
+                assert server.modelet.loads[MODEL] == 1
+            client.close()
+
+
+def test_acknowledged_publish_survives_kill_9(root) -> None:
+    with AdminProcess(root, CELL) as first:
+        first.wait_leader()
+        client = AdminClient(root, CELL, timeout_s=10)
+        client.publish(MODEL, TINY, "/some/ckpt", 3, {"ram": "1000"})
+        first.kill()
+    with AdminProcess(root, CELL) as second:
+        second.wait_leader()
+        (listed,) = client.list(MODEL)
+        assert (listed.model.checkpoint, listed.model.requested_replicas, dict(listed.model.overrides)) == (
+            "/some/ckpt", 3, {"ram": "1000"})
+        client.close()
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    response = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5)
+    return response.status_code, response.text
