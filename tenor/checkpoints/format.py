@@ -149,6 +149,8 @@ def _unaliased(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def _save_shard(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     save_file(tensors, str(path), metadata={"format": "pt"})
+    # safetensors creates the file 0600; give it the mode the umask gave its directory.
+    path.chmod(path.parent.stat().st_mode & 0o666)
     with open(path, "rb") as f:  # the commit marker must not reach disk before the weights
         os.fsync(f.fileno())
 
@@ -182,9 +184,19 @@ def load_checkpoint(path: str | Path) -> LoadedCheckpoint:
     config, quantization = read_config(path / CONFIG_FILE)
     weights = read_safetensors(path, weight_files(path))
     check_weights(str(path), config, weights, quantization)
-    weights = {name: weights[name] for name in tensor_specs(config, quantization)}  # layer order, not sorted
+    # Layer order, not safetensors' sorted order; int8 tensors copied out of the map (see _aligned).
+    weights = {name: _aligned(weights[name]) for name in tensor_specs(config, quantization)}
     tokenizer = path if has_tokenizer_files(path) else None
     return LoadedCheckpoint(config, weights, quantization, tokenizer, str(path), "tenor")
+
+
+def _aligned(tensor: torch.Tensor) -> torch.Tensor:
+    """int8 tensors at a 64-byte aligned address. safetensors packs tensors without padding,
+    so mapped ones start anywhere, and torch's int8 weight-only CPU matmul
+    (aten._weight_int8pack_mm, bf16 path) segfaults on weights not 16-byte aligned."""
+    if tensor.dtype == torch.int8 and tensor.data_ptr() % 64:
+        return tensor.clone()
+    return tensor
 
 
 def read_config(path: Path) -> tuple[ModelConfig, str | None]:
