@@ -175,15 +175,16 @@ class AdminServer:
         self.admin_id = ""
         self.role = "standby"
 
-    def _render(self) -> tuple[str, str]:
+    async def _render(self) -> tuple[str, str]:
         manager = self.service.manager
         leader = ""
         if manager is None:
             try:
-                location = self.store.read_location()
+                location = await asyncio.to_thread(self.store.read_location)
                 leader = location.address if location else "none yet"
             except StoreError as exc:
                 leader = f"unknown ({exc})"
+        manager = self.service.manager  # may have changed while reading the root
         page = render_html(str(self.options.cell), self.role, leader,
                            reports.list_models(manager, "") if manager else None,
                            reports.stats(manager) if manager else None)

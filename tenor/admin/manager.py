@@ -287,11 +287,16 @@ class Manager:
             self._book.set(name, self.addresses_of(name))
 
     def _note_reported_state(self) -> None:
-        """Failures and stale checkpoints that servers report (e.g. from before a failover)."""
+        """Acts on what servers report that the admin did not cause: failures and stale versions from
+        before a failover, and a replica of a name re-published with another config."""
         for server in self.servers.values():
-            for name, replica in server.replicas.items():
+            for name, replica in list(server.replicas.items()):
                 record = self._models.get(name)
-                if record is None or name in server.pending or replica.config_name != record.spec.config_name:
+                if record is None or name in server.pending or not replica.config_name:
+                    continue
+                if replica.config_name != record.spec.config_name:
+                    if replica.status != ReplicaStatus.UNLOADING:
+                        server.start_unload(name, record.token)
                     continue
                 current = replica.checkpoint == (record.spec.checkpoint or "")
                 if replica.status == ReplicaStatus.FAILED and current and server.address not in record.failures:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
-from typing import Callable
+from typing import Awaitable, Callable
 
 from tenor.proto import admin_pb2, common_pb2
 
@@ -60,7 +60,7 @@ def render_html(cell: str, role: str, leader: str, models: admin_pb2.ListRespons
 class StatusPage:
     """Serves `render()`'s page. `render` returns (role, html)."""
 
-    def __init__(self, render: Callable[[], tuple[str, str]]) -> None:
+    def __init__(self, render: Callable[[], Awaitable[tuple[str, str]]]) -> None:
         self._render = render
         self._server: asyncio.base_events.Server | None = None
 
@@ -79,7 +79,7 @@ class StatusPage:
             while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
                 pass  # headers are not needed
             parts = request_line.decode("latin-1").split()
-            status, content_type, body = self._respond(parts)
+            status, content_type, body = await self._respond(parts)
             head = (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
                     "Cache-Control: no-store\r\nConnection: close\r\n\r\n")
             writer.write(head.encode() + body)
@@ -89,12 +89,12 @@ class StatusPage:
         finally:
             writer.close()
 
-    def _respond(self, parts: list[str]) -> tuple[str, str, bytes]:
+    async def _respond(self, parts: list[str]) -> tuple[str, str, bytes]:
         if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
             return "405 Method Not Allowed", "text/plain", b"only GET\n"
         path = parts[1].split("?", 1)[0]
         try:
-            role, page = self._render()
+            role, page = await self._render()
         except Exception as exc:  # the page must never take the admin down
             log.exception("status page failed")
             return "500 Internal Server Error", "text/plain", f"{exc}\n".encode()

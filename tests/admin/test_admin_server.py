@@ -135,3 +135,18 @@ def test_acknowledged_publish_survives_kill_9(root) -> None:
 def _get(port: int, path: str) -> tuple[int, str]:
     response = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5)
     return response.status_code, response.text
+
+
+def test_republishing_a_name_with_another_config_replaces_its_replicas(root, admin, client) -> None:
+    with FakeModelServer(root, CELL) as s1, FakeModelServer(root, CELL) as s2:
+        client.publish(MODEL, TINY, None, 2)
+        client.wait_for_ready(MODEL, 2, timeout_s=10)
+        client.unpublish(MODEL)
+        client.publish(MODEL, "test.TinyGPTJRandom", None, 2)
+
+        def replaced() -> bool:
+            return all(s.modelet.status_of(MODEL) == common_pb2.LOADED
+                       and s.modelet.models[MODEL].config_name == "test.TinyGPTJRandom" for s in (s1, s2))
+
+        wait_until(replaced, 10, "both servers to serve the new config")
+        assert len(client.wait_for_ready(MODEL, 2, timeout_s=10)) == 2
