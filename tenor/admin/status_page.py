@@ -22,8 +22,11 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.2f} GiB"
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def render_html(cell: str, role: str, leader: str, models: admin_pb2.ListResponse | None,
@@ -48,7 +51,7 @@ def render_html(cell: str, role: str, leader: str, models: admin_pb2.ListRespons
                                     f"p50 {m.latency_p50_ms:.0f} ms)" for m in s.models) or "-"
             rows.append([s.address, s.http_address or "-", s.spec.platform, ",".join(s.spec.tags) or "-",
                          "healthy" if s.healthy else f"missed heartbeats for {s.last_seen_age_s:.1f}s",
-                         f"{_gib(s.memory_used_bytes)} of {_gib(s.spec.memory_bytes)}", str(s.queue_depth),
+                         f"{_size(s.memory_used_bytes)} of {_size(s.spec.memory_bytes)}", str(s.queue_depth),
                          models_here])
         parts += ["<h2>Model servers</h2>", _table(["address", "http", "platform", "tags", "health", "memory",
                                                     "queue", "models"], rows)]
