@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, ReaderTensor
 from gguf.quants import dequantize
 
 from tenor.checkpoints.format import LoadedCheckpoint
@@ -70,71 +70,91 @@ def load_gguf(path: str | Path) -> LoadedCheckpoint:
 
 
 class _Metadata:
-    """Typed access to GGUF key/values, erroring with the file name."""
+    """Typed access to GGUF key/values; errors name the file and the key."""
 
     def __init__(self, path: Path, reader: GGUFReader) -> None:
         self.path = path
         self.fields = reader.fields
 
-    def get(self, key: str, default: object = None) -> object:
+    def _scalar(self, key: str) -> int | float | str | None:
         field = self.fields.get(key)
         if field is None:
-            return default
+            return None
+        if field.types[0] == GGUFValueType.ARRAY:
+            raise CheckpointError(f"{self.path}: GGUF metadata {key} is an array (per-layer values); not supported")
         value = field.parts[field.data[0]]
-        if field.types and field.types[0].name == "STRING":
+        if field.types[0] == GGUFValueType.STRING:
             return bytes(value).decode("utf-8")
-        scalar = value[0].item()
-        # float32 metadata (1e-5 stored as 9.99999974e-06): keep the shortest decimal that round-trips.
-        return float(str(value[0])) if isinstance(scalar, float) else scalar
+        if field.types[0] in (GGUFValueType.FLOAT32, GGUFValueType.FLOAT64):
+            # 1e-5 stored as float32 reads 9.99999974e-06: keep the shortest decimal that round-trips.
+            return float(str(value[0]))
+        return value[0].item()
 
-    def require(self, key: str) -> object:
-        value = self.get(key)
+    def _typed(self, key: str, kind: type, default: object) -> object:
+        value = self._scalar(key)
         if value is None:
-            raise CheckpointError(f"{self.path}: GGUF metadata {key} is missing")
+            if default is None:
+                raise CheckpointError(f"{self.path}: GGUF metadata {key} is missing")
+            return default
+        if kind is float and isinstance(value, int):
+            return float(value)
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            raise CheckpointError(f"{self.path}: GGUF metadata {key} should be {kind.__name__}, got {value!r}")
         return value
+
+    def get_int(self, key: str, default: int | None = None) -> int:
+        return self._typed(key, int, default)  # type: ignore[return-value]
+
+    def get_float(self, key: str, default: float | None = None) -> float:
+        return self._typed(key, float, default)  # type: ignore[return-value]
+
+    def get_str(self, key: str, default: str | None = None) -> str:
+        return self._typed(key, str, default)  # type: ignore[return-value]
+
+    def optional_int(self, key: str) -> int | None:
+        return self.get_int(key) if key in self.fields else None
 
 
 def gguf_config(meta: _Metadata, tensors: dict[str, ReaderTensor]) -> ModelConfig:
-    arch = meta.require("general.architecture")
+    arch = meta.get_str("general.architecture")
     if arch != "llama":
         raise CheckpointError(f"{meta.path}: GGUF architecture {arch!r} is not supported; tenor imports llama")
     if "rope_freqs.weight" in tensors:
         raise CheckpointError(f"{meta.path}: llama3-style rope_freqs in GGUF is not supported")
-    d = int(meta.require("llama.embedding_length"))
-    heads = int(meta.require("llama.attention.head_count"))
-    head_dim = int(meta.get("llama.attention.key_length", d // heads))
-    rotary = int(meta.get("llama.rope.dimension_count", head_dim))
+    d = meta.get_int("llama.embedding_length")
+    heads = meta.get_int("llama.attention.head_count")
+    head_dim = meta.get_int("llama.attention.key_length", d // heads)
+    rotary = meta.get_int("llama.rope.dimension_count", head_dim)
     if rotary != head_dim:
         raise CheckpointError(f"{meta.path}: partial rotary ({rotary} of {head_dim} dims) is not supported")
     embed = tensors.get("token_embd.weight")
     if embed is None:
         raise CheckpointError(f"{meta.path}: tensor token_embd.weight is missing")
     eos = tuple(dict.fromkeys(  # end-of-turn ids end generation too (Llama 3's eot / eom)
-        int(v) for k in ("eos_token_id", "eot_token_id", "eom_token_id")
-        if (v := meta.get(f"tokenizer.ggml.{k}")) is not None))
-    bos = meta.get("tokenizer.ggml.bos_token_id")
+        i for k in ("eos_token_id", "eot_token_id", "eom_token_id")
+        if (i := meta.optional_int(f"tokenizer.ggml.{k}")) is not None))
     try:
         return ModelConfig(
             arch="llama", vocab_size=int(embed.shape[1]), hidden_size=d,
-            intermediate_size=int(meta.require("llama.feed_forward_length")),
-            num_layers=int(meta.require("llama.block_count")), num_heads=heads,
-            num_kv_heads=int(meta.get("llama.attention.head_count_kv", heads)), head_dim=head_dim,
-            max_position_embeddings=int(meta.get("llama.context_length", 2048)),
-            norm_eps=float(meta.require("llama.attention.layer_norm_rms_epsilon")),
-            rope_theta=float(meta.get("llama.rope.freq_base", 10000.0)), rope_scaling=_rope_scaling(meta),
+            intermediate_size=meta.get_int("llama.feed_forward_length"),
+            num_layers=meta.get_int("llama.block_count"), num_heads=heads,
+            num_kv_heads=meta.get_int("llama.attention.head_count_kv", heads), head_dim=head_dim,
+            max_position_embeddings=meta.get_int("llama.context_length", 2048),
+            norm_eps=meta.get_float("llama.attention.layer_norm_rms_epsilon"),
+            rope_theta=meta.get_float("llama.rope.freq_base", 10000.0), rope_scaling=_rope_scaling(meta),
             tie_word_embeddings="output.weight" not in tensors,
-            bos_token_id=None if bos is None else int(bos), eos_token_ids=eos,
+            bos_token_id=meta.optional_int("tokenizer.ggml.bos_token_id"), eos_token_ids=eos,
         )
     except ValueError as exc:
         raise CheckpointError(f"{meta.path}: {exc}") from None
 
 
 def _rope_scaling(meta: _Metadata) -> RopeScaling | None:
-    kind = meta.get("llama.rope.scaling.type", "none")
+    kind = meta.get_str("llama.rope.scaling.type", "none")
     if kind == "none":
         return None
     if kind == "linear":
-        return RopeScaling("linear", factor=float(meta.require("llama.rope.scaling.factor")))
+        return RopeScaling("linear", factor=meta.get_float("llama.rope.scaling.factor"))
     raise CheckpointError(f"{meta.path}: rope scaling {kind!r} is not supported; tenor supports linear")
 
 

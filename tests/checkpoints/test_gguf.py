@@ -102,6 +102,9 @@ def test_wrong_architecture_and_shapes(tmp_path, tiny_hf):
         load_gguf(_write(tmp_path / "rope.gguf", tiny_hf, extra={"rope_freqs.weight": np.ones(4, np.float32)}))
     with pytest.raises(CheckpointError, match=r"unexpected tensor blk\.0\.attn_q\.bias"):
         load_gguf(_write(tmp_path / "bias.gguf", tiny_hf, extra={"blk.0.attn_q.bias": np.ones(32, np.float32)}))
+    copy_gguf(_write(tmp_path / "m2.gguf", tiny_hf), tmp_path / "nometa.gguf", drop_keys=("llama.feed_forward_length",))
+    with pytest.raises(CheckpointError, match=r"nometa\.gguf: GGUF metadata llama\.feed_forward_length is missing"):
+        load_gguf(tmp_path / "nometa.gguf")
     with pytest.raises(CheckpointError, match="no such GGUF file"):
         load_gguf(tmp_path / "nope.gguf")
 

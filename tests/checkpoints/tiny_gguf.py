@@ -66,14 +66,15 @@ def write_llama_gguf(path: Path, hf: dict[str, torch.Tensor], *, heads: int, kv_
 
 
 def copy_gguf(src: Path, dst: Path, *, layers: int | None = None, drop_arrays: bool = False,
+              drop_keys: tuple[str, ...] = (),
               replace: dict[str, tuple[np.ndarray, gguf.GGMLQuantizationType]] | None = None) -> None:
     """`src` rewritten: cut to its first `layers` blocks, without array metadata (the
-    tokenizer vocabularies), or with some tensors' raw data and type replaced."""
+    tokenizer vocabularies) or some keys, or with some tensors' raw data and type replaced."""
     reader = gguf.GGUFReader(src)
     arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
     w = gguf.GGUFWriter(dst, arch)
     for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
+        if key.startswith("GGUF.") or key == "general.architecture" or key in drop_keys:
             continue
         if drop_arrays and field.types[0] == gguf.GGUFValueType.ARRAY:
             continue
