@@ -82,19 +82,22 @@ def save_checkpoint(
     check_quantization(quantization)
     check_weights(str(dst), config, weights, quantization)
     tmp = dst.parent / f".{dst.name}.partial-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
     try:
-        _write_config(tmp, config, quantization)
-        _write_weights(tmp, weights, max_shard_bytes)
-        if tokenizer_dir is not None:
-            _copy_tokenizer(Path(tokenizer_dir), tmp)
-        (tmp / COMMIT_FILE).write_bytes(b"")
-        _fsync_dir(tmp)
-        os.rename(tmp, dst)
+        tmp.mkdir()
+        try:
+            _write_config(tmp, config, quantization)
+            _write_weights(tmp, weights, max_shard_bytes)
+            if tokenizer_dir is not None:
+                _copy_tokenizer(Path(tokenizer_dir), tmp)
+            (tmp / COMMIT_FILE).write_bytes(b"")
+            _fsync_dir(tmp)
+            os.rename(tmp, dst)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         _fsync_dir(dst.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    except OSError as exc:  # disk full, no permission: one line, not a traceback
+        raise CheckpointError(f"{dst}: cannot write the checkpoint ({exc.strerror or exc})") from None
     return dst
 
 

@@ -72,6 +72,18 @@ def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_unwritable_destination(tmp_path, monkeypatch):
+    def disk_full(path, tensors):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fmt, "_save_shard", disk_full)
+    with pytest.raises(CheckpointError, match=r"ckpt: cannot write the checkpoint \(No space left on device\)"):
+        save_checkpoint(tmp_path / "ckpt", TINY_LLAMA, random_weights(TINY_LLAMA))
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(CheckpointError, match="no such directory"):
+        save_checkpoint(tmp_path / "a" / "b", TINY_LLAMA, random_weights(TINY_LLAMA))
+
+
 def test_refuses_bad_weights_before_writing(tmp_path):
     weights = random_weights(TINY_LLAMA)
     weights["layers.1.mlp.down.weight"] = torch.zeros(64, 127)
