@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 
 class ModelGone(Exception):
@@ -78,7 +78,7 @@ class AddressBook:
                     return current
                 await self._changed.wait()
 
-    async def wait_for(self, model: str, predicate) -> AddressSet:
+    async def wait_for(self, model: str, predicate: Callable[[AddressSet], bool]) -> AddressSet:
         """Waits until predicate(set) is true; predicate may raise to stop waiting."""
         async with self._changed:
             while True:

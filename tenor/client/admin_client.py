@@ -78,7 +78,8 @@ class AdminClient:
         """The active admin as the root records it (None before any admin started)."""
         return self._store.read_location()
 
-    def _stub(self) -> admin_pb2_grpc.AdminStub:
+    def _connect(self) -> grpc.Channel:
+        """The channel to the active admin as last seen in the root (looked up again after _poison)."""
         with self._lock:
             if self._channel is None:
                 try:
@@ -89,13 +90,15 @@ class AdminClient:
                     raise _Retry(f"no admin server has started for {self.cell} in {self.root}")
                 self._address = location.address
                 self._channel = grpc.insecure_channel(location.address)
-            return admin_pb2_grpc.AdminStub(self._channel)
+            return self._channel
 
-    def _poison(self) -> None:
+    def _poison(self, channel: grpc.Channel | None) -> None:
+        """Forgets `channel` after it failed; a channel another thread already replaced is left alone."""
         with self._lock:
-            if self._channel is not None:
-                self._channel.close()
+            if channel is None or channel is not self._channel:
+                return
             self._channel = None
+        channel.close()
 
     def _with_retries(self, attempt: Callable[[admin_pb2_grpc.AdminStub, float], T], timeout_s: float | None) -> T:
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
@@ -105,18 +108,22 @@ class AdminClient:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise AdminUnavailableError(f"no active admin for {self.cell} answered in time ({last})")
+            channel = None
             try:
-                return attempt(self._stub(), remaining)
+                channel = self._connect()
+                return attempt(admin_pb2_grpc.AdminStub(channel), remaining)
             except _Retry as exc:
                 last = str(exc)
             except grpc.RpcError as exc:
                 code = exc.code()
-                retryable = code == grpc.StatusCode.UNAVAILABLE or (
+                # CANCELLED: another thread closed the channel after it failed there; DEADLINE_EXCEEDED
+                # with time left: one attempt's cap, e.g. a frozen admin.
+                retryable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) or (
                     code == grpc.StatusCode.DEADLINE_EXCEEDED and deadline - time.monotonic() > 0)
                 if not retryable:
                     raise AdminError(code, exc.details() or code.name) from None
                 last = f"{self._address}: {exc.details() or code.name}"
-            self._poison()
+            self._poison(channel)
             time.sleep(max(0.0, min(backoff, deadline - time.monotonic())))
             backoff = min(backoff * 1.5, _BACKOFF_MAX_S)
 
@@ -189,7 +196,10 @@ class AdminClient:
         return LocationWatch(self, name)
 
     def close(self) -> None:
-        self._poison()
+        with self._lock:
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
         self._store.close()
 
 
@@ -216,9 +226,10 @@ class LocationWatch:
     def __iter__(self) -> Iterator[LocationUpdate]:
         backoff = _BACKOFF_START_S
         while not self._closed.is_set():
+            channel = None
             try:
-                stub = self._client._stub()
-                call = stub.WatchLoc(admin_pb2.WatchLocRequest(model_name=self._name))
+                channel = self._client._connect()
+                call = admin_pb2_grpc.AdminStub(channel).WatchLoc(admin_pb2.WatchLocRequest(model_name=self._name))
                 with self._call_lock:
                     self._call = call
                 if self._closed.is_set():
@@ -230,12 +241,13 @@ class LocationWatch:
             except _Retry:
                 pass
             except grpc.RpcError as exc:
-                if self._closed.is_set() or exc.code() == grpc.StatusCode.CANCELLED:
-                    if self._closed.is_set():
-                        return
-                elif exc.code() != grpc.StatusCode.UNAVAILABLE:
+                if self._closed.is_set():
+                    return
+                # UNAVAILABLE: the admin died or stepped down; CANCELLED: its channel was closed by a
+                # thread that saw it fail. Both mean: find the active admin again.
+                if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
                     raise AdminError(exc.code(), exc.details() or exc.code().name) from None
-            self._client._poison()
+            self._client._poison(channel)
             self._closed.wait(backoff)
             backoff = min(backoff * 1.5, _BACKOFF_MAX_S)
 
