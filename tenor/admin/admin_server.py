@@ -166,7 +166,8 @@ class AdminServer:
         self.options = options
         self.service = AdminService()
         self.store = open_store(options.root, options.cell, etcd_ttl_s=options.etcd_ttl_s)
-        self._server = grpc.aio.server()
+        # Without SO_REUSEPORT a second admin given the same port fails instead of sharing it.
+        self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         admin_pb2_grpc.add_AdminServicer_to_server(self.service, self._server)
         self._page = StatusPage(self._render) if options.http_port is not None else None
         self._stopping = asyncio.Event()
@@ -193,15 +194,22 @@ class AdminServer:
     async def start(self) -> None:
         await asyncio.to_thread(self.store.ensure_cell)
         bind = f"{self.options.host}:{self.options.port}"
-        port = self._server.add_insecure_port(bind)
+        try:
+            port = self._server.add_insecure_port(bind)
+        except RuntimeError:
+            port = 0
         if port == 0:
-            raise UserError(f"cannot listen on {bind}")
+            raise UserError(f"cannot listen on {bind} (in use?)")
         await self._server.start()
         advertised = _advertised_host(self.options.host)
         self.address = f"{advertised}:{port}"
         self.admin_id = f"{self.address}_{secrets.token_hex(4)}"
         if self._page is not None:
-            http_port = await self._page.start(self.options.host, self.options.http_port or 0)
+            try:
+                http_port = await self._page.start(self.options.host, self.options.http_port or 0)
+            except OSError as exc:
+                raise UserError(f"cannot serve the status page on {self.options.host}:{self.options.http_port}: "
+                                f"{exc.strerror}") from None
             self.http_address = f"{advertised}:{http_port}"
 
     async def run(self) -> None:
@@ -255,13 +263,13 @@ class AdminServer:
 
 async def serve(options: AdminServerOptions) -> None:
     server = AdminServer(options)
-    await server.start()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, server.request_stop)
-    page = f", status page http://{server.http_address}/" if server.http_address else ""
-    print(f"tenor admin: serving {options.cell} on {server.address}{page} (root {options.root})", flush=True)
     try:
+        await server.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, server.request_stop)
+        page = f", status page http://{server.http_address}/" if server.http_address else ""
+        print(f"tenor admin: serving {options.cell} on {server.address}{page} (root {options.root})", flush=True)
         await server.run()
     finally:
         await server.close()
