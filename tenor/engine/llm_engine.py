@@ -72,6 +72,7 @@ class LLMEngine:
     def _setup(self, loaded: LoadedModel) -> None:
         cfg = loaded.config
         self.tokenizer = loaded.tokenizer
+        self._vocab_size = cfg.vocab_size
         self._eos = tuple(sorted(set(cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids)))
         per_slot = PagedKVCache.bytes_per_slot(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, loaded.dtype,
                                                self._options.quantize_kv_cache)
@@ -142,6 +143,7 @@ class LLMEngine:
     def _submit(self, request: GenerateRequest, check: bool) -> AsyncIterator[RequestOutput]:
         if check:
             self._admit_check(len(request.prompt_token_ids), request.sampling)
+            self._check_token_ids(request.prompt_token_ids)
         state = RequestState(request, asyncio.get_running_loop(), self.tokenizer, self._eos,
                              self.limits.max_target_length)
         self._enqueue(state)
@@ -157,6 +159,13 @@ class LLMEngine:
                     f"server overloaded: {self._in_flight} requests in flight "
                     f"({self.servable.max_batch_size} running + {self._options.max_waiting} waiting max)"
                 )
+
+    def _check_token_ids(self, token_ids: Seq[int]) -> None:
+        bad = [t for t in token_ids if not 0 <= t < self._vocab_size]
+        if bad:
+            raise InvalidRequestError(
+                f"token id {bad[0]} is out of range: this model's vocabulary has {self._vocab_size} tokens"
+            )
 
     def _enqueue(self, state: RequestState) -> None:
         with self._lock:
@@ -190,6 +199,8 @@ class LLMEngine:
             prefix = [bos]
         if not suffix_token_ids:
             raise InvalidRequestError("the suffix is empty")
+        self._check_token_ids(prefix)
+        self._check_token_ids(suffix_token_ids)
         total = len(prefix) + len(suffix_token_ids)
         self._admit_check(min(total, self.limits.max_prefill_predict_length), SamplingParams(max_tokens=1))
         if total > self.limits.max_prefill_predict_length:

@@ -78,6 +78,7 @@ class MockEngine:
         self._prompt_tokens = 0
         self._generated_tokens = 0
         self.aborted: list[str] = []  # request ids whose callers went away (for tests)
+        self._abort_all = False
 
     async def start(self) -> None:
         self._slots = asyncio.Semaphore(self._max_running)
@@ -87,6 +88,9 @@ class MockEngine:
         self._state = HealthState.STOPPED
         deadline = asyncio.get_running_loop().time() + drain_timeout_s
         while self._running and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        self._abort_all = True  # what is still running ends with finish_reason "abort"
+        while self._running:
             await asyncio.sleep(0.01)
 
     def health(self) -> HealthState:
@@ -149,6 +153,11 @@ class MockEngine:
         finished = [False] * sampling.n
         for step in range(sampling.max_tokens):
             await asyncio.sleep(self._step_delay_s)
+            if self._abort_all:
+                deltas = [SampleDelta(i, (), "", TOKEN_LOGPROB * step, (), FinishReason.ABORT)
+                          for i in range(sampling.n) if not finished[i]]
+                yield RequestOutput(request.request_id, tuple(deltas), len(request.prompt_token_ids), True)
+                return
             deltas = []
             for i in range(sampling.n):
                 if finished[i]:

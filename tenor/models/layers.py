@@ -43,7 +43,10 @@ class ParallelLinear(nn.Module):
                 f"weight shape {tuple(weight.shape)} does not match ({self.out_features}, {self.in_features})"
             )
         if scale is not None:  # int8 weight-only: keep int8, multiply the scale in after the matmul
-            self.weight = nn.Parameter(weight.to(torch.int8).contiguous(), requires_grad=False)
+            weight = weight.to(torch.int8).contiguous()
+            if weight.data_ptr() % 64:  # the fused int8 kernel crashes on unaligned (e.g. mmapped) data
+                weight = weight.clone()
+            self.weight = nn.Parameter(weight, requires_grad=False)
             self.weight_scale = scale.to(dtype).contiguous()
         else:
             self.weight = nn.Parameter(weight.to(dtype).contiguous(), requires_grad=False)

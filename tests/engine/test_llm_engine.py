@@ -187,6 +187,10 @@ def test_bad_requests_are_refused_with_numbers():
                 engine.generate(GenerateRequest("big", (5, 6), SamplingParams(max_tokens=600)))
             with pytest.raises(InvalidRequestError):
                 await engine.score([5], [])
+            with pytest.raises(InvalidRequestError, match="out of range"):
+                engine.generate(GenerateRequest("vocab", (5, 100000), SamplingParams()))
+            with pytest.raises(InvalidRequestError, match="out of range"):
+                await engine.score([5], [-1])
         finally:
             await engine.stop()
 
