@@ -27,6 +27,7 @@ class AddressBook:
         self._sets: dict[str, AddressSet] = {}
         self._changed = asyncio.Condition()
         self._closed = False
+        self._wakers: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
 
     def get(self, model: str) -> AddressSet | None:
         return self._sets.get(model)
@@ -59,7 +60,9 @@ class AddressBook:
             async with self._changed:
                 self._changed.notify_all()
 
-        asyncio.get_running_loop().create_task(wake())
+        task = asyncio.get_running_loop().create_task(wake())
+        self._wakers.add(task)
+        task.add_done_callback(self._wakers.discard)
 
     def _check(self, model: str) -> AddressSet:
         if self._closed:

@@ -120,6 +120,7 @@ class Manager:
         self._wake = asyncio.Event()
         self._started = time.monotonic()
         self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
         for name in self._models:
             self._book.add_model(name)
 
@@ -136,9 +137,10 @@ class Manager:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [t for t in (self._task, *self._background) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._book.close()
         await asyncio.gather(*(s.close() for s in self.servers.values()), return_exceptions=True)
         self.servers.clear()
@@ -231,7 +233,9 @@ class Manager:
         self.servers[address] = server
         log.info("model server %s joined (%s, %d bytes, tags %s)", address, spec.platform, spec.memory_bytes,
                  ",".join(sorted(spec.tags)) or "-")
-        asyncio.get_running_loop().create_task(self._first_poll(server))
+        task = asyncio.get_running_loop().create_task(self._first_poll(server))
+        self._background.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._background.discard)
 
     async def _first_poll(self, server: ModelServer) -> None:
         await server.poll()
@@ -255,6 +259,7 @@ class Manager:
     async def _loop(self) -> None:
         next_poll = 0.0
         while True:
+            self._wake.clear()  # before reconciling: a wake during it runs the loop again at once
             now = time.monotonic()
             if now >= next_poll:
                 next_poll = now + self.options.poll_interval_s
@@ -268,7 +273,6 @@ class Manager:
                 await asyncio.wait_for(self._wake.wait(), max(0.0, next_poll - time.monotonic()))
             except TimeoutError:
                 pass
-            self._wake.clear()
 
     async def _prune(self) -> None:
         now = time.monotonic()
