@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from tenor.engine.api import HealthState
+from tenor.errors import UserError
 from tenor.proto import common_pb2, lm_pb2_grpc, modelet_pb2_grpc
 from tenor.server.lm_service import LMService
 from tenor.server.modelet_service import ModeletService, ModelTable, Status, model_state
@@ -72,7 +73,11 @@ def bound_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.listen(128)
     sock.setblocking(False)
     return sock
@@ -96,12 +101,18 @@ class ModelServer:
         self._join = None  # JoinLoop
 
     async def start(self, join: bool = True) -> None:
-        self._grpc = grpc.aio.server()
+        # No SO_REUSEPORT: a second server on a taken port must fail, not share it.
+        self._grpc = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         lm_pb2_grpc.add_LMServiceServicer_to_server(LMService(self.table), self._grpc)
         modelet_pb2_grpc.add_ModeletServicer_to_server(ModeletService(self.table), self._grpc)
-        port = self._grpc.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        if self.config.port:
+            bound_socket(self.config.host, self.config.port).close()  # a clear error for a taken port
+        try:
+            port = self._grpc.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        except RuntimeError:
+            port = 0
         if port == 0:
-            raise OSError(f"cannot listen on {self.config.host}:{self.config.port}")
+            raise UserError(f"cannot listen on {self.config.host}:{self.config.port} (in use, or a bad address)")
         await self._grpc.start()
         self.address = advertised(self.config.host, port)
         if self.config.http_port is not None:
@@ -239,7 +250,11 @@ def serve(config: ModelServerConfig) -> None:
 
 async def _serve(config: ModelServerConfig) -> None:
     server = ModelServer(config)
-    await server.start()
+    try:
+        await server.start()
+    except BaseException:
+        await server.stop()  # a half-started server must not leave its port or threads behind
+        raise
     http = f", http {server.http_address}" if server.http_address else ""
     print(f"model server for {config.cell} serving on {server.address}{http}", flush=True)
     stopped = asyncio.Event()
