@@ -8,7 +8,6 @@ ready engines to the LM service. `ModeletService` is the thin gRPC face over it.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -17,14 +16,15 @@ from typing import Callable, Mapping
 import grpc
 
 from tenor import registry
+from tenor.admin.model_specs import ADMIN_KEYS, serving_overrides
 from tenor.engine.api import Engine, EngineUnavailableError
+from tenor.errors import UserError
 from tenor.engine.factory import EngineOptions, create_engine
 from tenor.proto import common_pb2, modelet_pb2, modelet_pb2_grpc
 from tenor.registry import ServableConfig
 from tenor.server.lm_service import ModelNotServedError, ReadyModel
 
 Status = common_pb2.ModelStatus
-ADMIN_OVERRIDE_KEYS = frozenset({"ram", "constraints"})  # the admin's placement hints, not serving knobs
 LATENCY_WINDOW = 1000  # recent requests the percentiles cover
 EngineFactory = Callable[[ServableConfig, "str | None", EngineOptions], Engine]
 
@@ -32,18 +32,9 @@ EngineFactory = Callable[[ServableConfig, "str | None", EngineOptions], Engine]
 class LoadFailedError(Exception):
     """A load failed; the message is the reason (also kept in GetStatus)."""
 
-
-def parse_overrides(overrides: Mapping[str, str]) -> dict[str, object]:
-    """Publish's key=value overrides: JSON values ("4", "true", "[1,2]") or bare strings."""
-    parsed: dict[str, object] = {}
-    for key, text in overrides.items():
-        if key in ADMIN_OVERRIDE_KEYS:
-            continue
-        try:
-            parsed[key] = json.loads(text)
-        except json.JSONDecodeError:
-            parsed[key] = text
-    return parsed
+    def __init__(self, reason: str, bad_spec: bool = False) -> None:
+        super().__init__(reason)
+        self.bad_spec = bad_spec  # the config or an override is wrong, wherever it is loaded
 
 
 @dataclass(frozen=True)
@@ -56,11 +47,11 @@ class ModelSpec:
 
     @staticmethod
     def of(config_name: str, checkpoint: str, overrides: Mapping[str, str]) -> "ModelSpec":
-        serving = {k: v for k, v in overrides.items() if k not in ADMIN_OVERRIDE_KEYS}
+        serving = {k: v for k, v in overrides.items() if k not in ADMIN_KEYS}
         return ModelSpec(config_name, checkpoint or None, tuple(sorted(serving.items())))
 
     def servable(self) -> ServableConfig:
-        return registry.get(self.config_name).with_overrides(**parse_overrides(dict(self.overrides)))
+        return registry.get(self.config_name).with_overrides(**serving_overrides(dict(self.overrides)))
 
 
 class LatencyWindow:
@@ -85,6 +76,7 @@ class ServedModel:
     spec: ModelSpec
     status: int = Status.LOADING
     failure_reason: str = ""
+    bad_spec: bool = False  # the failure is the spec's (unknown config, bad override)
     servable: ServableConfig | None = None
     engine: Engine | None = None
     loaded_at: float = 0.0  # unix seconds
@@ -168,11 +160,15 @@ class ModelTable:
         # wait() rather than await: a load cancelled by Unload must not cancel this caller.
         await asyncio.wait({served.task})
         if served.status != Status.LOADED:
-            raise LoadFailedError(served.failure_reason or f"{served.name} was unloaded while loading")
+            raise LoadFailedError(served.failure_reason or f"{served.name} was unloaded while loading", served.bad_spec)
 
     async def _start(self, served: ServedModel) -> None:
         try:
             served.servable = served.spec.servable()
+        except (UserError, ValueError) as exc:
+            served.status, served.failure_reason, served.bad_spec = Status.FAILED, _one_line(exc), True
+            return
+        try:
             # The factory may import torch (seconds): off the loop, so heartbeats keep flowing.
             served.engine = await asyncio.to_thread(
                 self._engine_factory, served.servable, served.spec.checkpoint, self._options
@@ -237,7 +233,7 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
         try:
             await self._table.load(request.model_name, spec)
         except LoadFailedError as exc:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            await context.abort(_load_failure_code(exc), str(exc))
         return modelet_pb2.LoadResponse()
 
     async def Unload(self, request: modelet_pb2.UnloadRequest, context: grpc.aio.ServicerContext) -> modelet_pb2.UnloadResponse:
@@ -255,7 +251,7 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
         except ModelNotServedError as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except LoadFailedError as exc:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            await context.abort(_load_failure_code(exc), str(exc))
         return modelet_pb2.UpdateLoadedResponse()
 
     async def GetStatus(
@@ -276,3 +272,8 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
     def _current_config(self, name: str) -> str:
         served = next((s for s in self._table.models() if s.name == name), None)
         return served.spec.config_name if served is not None else ""
+
+
+def _load_failure_code(exc: LoadFailedError) -> grpc.StatusCode:
+    # Never UNAVAILABLE: the admin reads that as "this server is going away".
+    return grpc.StatusCode.INVALID_ARGUMENT if exc.bad_spec else grpc.StatusCode.FAILED_PRECONDITION

@@ -16,7 +16,7 @@ from tenor.engine.mock_engine import MockEngine
 from tenor.proto import common_pb2, lm_pb2, lm_pb2_grpc, modelet_pb2, modelet_pb2_grpc
 from tenor.server.lm_service import ModelNotServedError
 from tenor.server.model_server import ModelServer, ModelServerConfig
-from tenor.server.modelet_service import ModelSpec, ModelTable, parse_overrides
+from tenor.server.modelet_service import ModelSpec, ModelTable
 
 Status = common_pb2.ModelStatus
 MODEL = "/tenor/test/lm"
@@ -100,15 +100,15 @@ def test_load_shows_loading_then_loaded_and_serves():
 
 
 @pytest.mark.parametrize(
-    "request_, reason",
+    "request_, code, reason",
     [
-        (load_request("test.NoSuchConfig"), "unknown model config 'test.NoSuchConfig'"),
-        (load_request(max_batch_size="0"), "max_batch_size must be >= 1"),
-        (load_request(no_such_knob="1"), "unknown override(s) no_such_knob"),
-        (load_request(), "weights are corrupt"),
+        (load_request("test.NoSuchConfig"), grpc.StatusCode.INVALID_ARGUMENT, "unknown model config 'test.NoSuchConfig'"),
+        (load_request(max_batch_size="0"), grpc.StatusCode.INVALID_ARGUMENT, "max_batch_size must be >= 1"),
+        (load_request(no_such_knob="1"), grpc.StatusCode.INVALID_ARGUMENT, "unknown override(s) no_such_knob"),
+        (load_request(), grpc.StatusCode.FAILED_PRECONDITION, "weights are corrupt"),
     ],
 )
-def test_failed_load_keeps_its_reason_and_the_server_keeps_answering(request_, reason):
+def test_failed_load_keeps_its_reason_and_the_server_keeps_answering(request_, code, reason):
     async def body():
         GatedEngine.fail_start = request_.config_name == CONFIG and not request_.overrides
         async with model_server() as server, grpc.aio.insecure_channel(server.address) as channel:
@@ -122,7 +122,7 @@ def test_failed_load_keeps_its_reason_and_the_server_keeps_answering(request_, r
             return failed.value, state, again
 
     error, state, again = asyncio.run(body())
-    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION and reason in error.details()
+    assert error.code() == code and reason in error.details()
     assert state.status == Status.FAILED and reason in state.failure_reason
     assert "\n" not in state.failure_reason
     assert again.status == Status.LOADED
@@ -216,9 +216,11 @@ def test_http_face_health_metrics_and_per_model_routes():
     assert missing.status_code == 404 and gone.status_code == 404
 
 
-def test_parse_overrides_takes_json_or_bare_strings_and_skips_admin_keys():
-    assert parse_overrides({"max_batch_size": "4", "dtype": "float32", "tokenized": "true", "ram": "100",
-                            "constraints": "a,b"}) == {"max_batch_size": 4, "dtype": "float32", "tokenized": True}
+def test_model_spec_drops_admin_keys_and_parses_json_values():
+    spec = ModelSpec.of(CONFIG, "", {"max_batch_size": "4", "dtype": "float32", "ram": "100", "constraints": "a,b"})
+    assert spec.overrides == (("dtype", "float32"), ("max_batch_size", "4"))
+    assert spec.checkpoint is None
+    assert (spec.servable().max_batch_size, spec.servable().dtype) == (4, "float32")
 
 
 @pytest.mark.parametrize(
