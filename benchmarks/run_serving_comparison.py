@@ -7,7 +7,8 @@ in one run, with ratios against llama.cpp.
 Each server is started in turn on a free loopback port, waited for, benchmarked at every
 point (concurrency:num_prompts), and stopped (also on Ctrl-C or SIGTERM). Results go to
 --out-dir: one JSON per server and point, each server's log, comparison.json and
-comparison.md.
+comparison.md. A point stops after --max-duration seconds; "unfinished" counts the requests
+then still in flight or never sent.
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tenor-args", default="", help="extra flags for `tenor serve`, one shell-quoted string")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds a server may take to load")
     p.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request")
+    # The naive HF server serialises requests: at concurrency 32 a request waits for 31
+    # others, so without a limit one point would take many minutes.
+    p.add_argument("--max-duration", type=float, default=300.0,
+                   help="seconds per point; what is still in flight then is cut off and reported")
     p.add_argument("--out-dir", type=Path, default=None, help="default: a new /tmp/tenor-serving-* folder")
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
@@ -86,7 +91,7 @@ def _bench_server(server: RunningServer, points: list[Point], args: argparse.Nam
         config = ServingBenchConfig(
             base_url=server.base_url, endpoint=args.endpoint, num_prompts=point.num_prompts,
             concurrency=point.concurrency, max_tokens=args.max_tokens, request_timeout_s=args.request_timeout,
-            warmup=1 if i == 0 else 0, progress=not args.no_progress,
+            warmup=1 if i == 0 else 0, progress=not args.no_progress, max_duration_s=args.max_duration,
         )
         report = run_benchmark(config)
         print(f"\n[{server.spec.name}]\n{format_table(report)}", flush=True)
@@ -113,7 +118,7 @@ def comparison_markdown(rows: list[Row]) -> str:
         ref = next((r.summary for r in at if r.server == REFERENCE and r.summary), None)
         lines += [
             f"\n### concurrency {point.concurrency}, {point.num_prompts} prompts\n",
-            "| server | ok/failed | req/s | out tok/s | vs llama.cpp | TTFT p50 ms | TTFT p99 ms "
+            "| server | ok/failed/unfinished | req/s | out tok/s | vs llama.cpp | TTFT p50 ms | TTFT p99 ms "
             "| TPOT p50 ms | vs llama.cpp | ITL p50 ms | E2EL p50 ms |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
@@ -123,7 +128,7 @@ def comparison_markdown(rows: list[Row]) -> str:
                 lines.append(f"| {r.server} | {r.note} |" + " - |" * 9)
                 continue
             lines.append(
-                f"| {r.server} | {s.completed}/{s.failed} | {_num(s.request_throughput, 3)} | {_num(s.output_throughput)} "
+                f"| {r.server} | {s.completed}/{s.failed}/{s.cut_off + s.not_sent} | {_num(s.request_throughput, 3)} | {_num(s.output_throughput)} "
                 f"| {_ratio(s.output_throughput, ref and ref.output_throughput)} | {_num(s.ttft.p50_ms)} "
                 f"| {_num(s.ttft.p99_ms)} | {_num(s.tpot.p50_ms)} | {_ratio(s.tpot.p50_ms, ref and ref.tpot.p50_ms)} "
                 f"| {_num(s.itl.p50_ms)} | {_num(s.e2el.p50_ms)} |"
@@ -169,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                 server.stop()
     table = comparison_markdown(rows)
     header = (f"Serving comparison, {started}, GGUF {options.gguf.name}, endpoint {args.endpoint}, "
-              f"max_tokens {args.max_tokens}, threads {args.threads}\n")
+              f"max_tokens {args.max_tokens}, threads {args.threads}, at most {args.max_duration:g} s a point\n")
     (out_dir / "comparison.md").write_text(header + table, encoding="utf-8")
     (out_dir / "comparison.json").write_text(json.dumps({
         "started_utc": started, "gguf": str(options.gguf), "endpoint": args.endpoint, "max_tokens": args.max_tokens,

@@ -48,6 +48,8 @@ class Distribution:
 class BenchSummary:
     completed: int
     failed: int
+    cut_off: int  # still in flight when the run's time limit came; neither ok nor failed
+    not_sent: int  # left unsent by the time limit
     duration_s: float
     total_output_tokens: int
     total_prompt_tokens: int | None  # None unless every completed request reported usage
@@ -103,7 +105,7 @@ def _token_source(done: Sequence[RequestRecord]) -> SummaryTokenSource:
     return sources.pop() if len(sources) == 1 else "mixed"
 
 
-def summarize(records: Sequence[RequestRecord], duration_s: float) -> BenchSummary:
+def summarize(records: Sequence[RequestRecord], duration_s: float, cut_off: int = 0, not_sent: int = 0) -> BenchSummary:
     """Fold per-request records into the run's metrics; failed requests count only as failures."""
     if duration_s <= 0:
         raise ValueError(f"the run duration must be positive, got {duration_s}")
@@ -117,6 +119,8 @@ def summarize(records: Sequence[RequestRecord], duration_s: float) -> BenchSumma
     return BenchSummary(
         completed=len(done),
         failed=len(failed),
+        cut_off=cut_off,
+        not_sent=not_sent,
         duration_s=duration_s,
         total_output_tokens=output_tokens,
         total_prompt_tokens=prompt_tokens,

@@ -29,6 +29,7 @@ class RunInfo:
     max_tokens: int
     seed: int
     ignore_eos: bool
+    max_duration_s: float | None
     date_utc: str  # ISO 8601
 
 
@@ -47,14 +48,21 @@ def _row(name: str, d: Distribution) -> str:
     return f"{name:<6}" + "".join(f"{_cell(v):>10}" for v in cells) + f"{d.count:>8}"
 
 
+def _unfinished(s: BenchSummary) -> str:
+    if not (s.cut_off or s.not_sent):
+        return ""
+    return f", {s.cut_off} cut off and {s.not_sent} not sent at the time limit"
+
+
 def format_table(report: BenchReport) -> str:
     run, s = report.run, report.summary
     total = "" if s.total_token_throughput is None else f" | {s.total_token_throughput:.1f} total tok/s"
     lines = [
         f"serving benchmark: {run.base_url}  model={run.model}  endpoint={run.endpoint}  ({run.date_utc})",
         f"load: {run.load} | {run.num_prompts} prompts | max_tokens {run.max_tokens}"
-        + (" | ignore_eos" if run.ignore_eos else ""),
-        f"requests: {s.completed} ok, {s.failed} failed | duration {s.duration_s:.2f} s",
+        + (" | ignore_eos" if run.ignore_eos else "")
+        + ("" if run.max_duration_s is None else f" | time limit {run.max_duration_s:g} s"),
+        f"requests: {s.completed} ok, {s.failed} failed{_unfinished(s)} | duration {s.duration_s:.2f} s",
         f"throughput: {s.request_throughput:.3f} req/s | {s.output_throughput:.1f} output tok/s{total}",
         f"output tokens: {s.total_output_tokens}, counted {_SOURCE_WORDS[s.token_source]}",
         "",

@@ -35,6 +35,7 @@ class ServingBenchConfig:
     seed: int = 0
     request_timeout_s: float = 600.0
     warmup: int = 0  # requests sent first and left out of the metrics
+    max_duration_s: float | None = None  # stop sending and abandon what is in flight after this
     prompts_file: str | None = None
     api_key: str | None = None
     ignore_eos: bool = False
@@ -51,6 +52,8 @@ class ServingBenchConfig:
             raise ValueError(f"--max-tokens must be at least 1, got {self.max_tokens}")
         if not self.request_timeout_s > 0:
             raise ValueError(f"--request-timeout must be positive, got {self.request_timeout_s}")
+        if self.max_duration_s is not None and not self.max_duration_s > 0:
+            raise ValueError(f"--max-duration must be positive, got {self.max_duration_s}")
         if self.warmup < 0:
             raise ValueError(f"--warmup must be >= 0, got {self.warmup}")
         self.load_shape()  # validates concurrency and rate
@@ -73,6 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--seed", type=int, default=d.seed, help="prompt set and arrival times")
     add("--request-timeout", type=float, default=d.request_timeout_s, help="seconds per request")
     add("--warmup", type=int, default=d.warmup, help="unmeasured requests sent first")
+    add("--max-duration", type=float, default=None,
+        help="seconds: send nothing new after this and abandon requests still in flight")
     add("--prompts-file", default=None, help="text file of prompts separated by blank lines")
     add("--api-key", default=None, help="sent as a bearer token")
     add("--ignore-eos", action="store_true", help="ask the server to generate max_tokens every time")
@@ -92,6 +97,7 @@ def config_from_args(args: argparse.Namespace) -> ServingBenchConfig:
         seed=args.seed,
         request_timeout_s=args.request_timeout,
         warmup=args.warmup,
+        max_duration_s=args.max_duration,
         prompts_file=args.prompts_file,
         api_key=args.api_key,
         ignore_eos=args.ignore_eos,
@@ -126,7 +132,7 @@ async def run_benchmark_async(config: ServingBenchConfig) -> BenchReport:
             await send(prompt)
         date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         shape = config.load_shape()
-        result = await run_load(prompts, send, shape, progress=config.progress)
+        result = await run_load(prompts, send, shape, progress=config.progress, max_duration_s=config.max_duration_s)
     run = RunInfo(
         base_url=config.base_url,
         model=model,
@@ -136,9 +142,11 @@ async def run_benchmark_async(config: ServingBenchConfig) -> BenchReport:
         max_tokens=config.max_tokens,
         seed=config.seed,
         ignore_eos=config.ignore_eos,
+        max_duration_s=config.max_duration_s,
         date_utc=date,
     )
-    return BenchReport(run=run, summary=summarize(result.records, result.duration_s))
+    summary = summarize(result.records, result.duration_s, cut_off=result.cut_off, not_sent=result.not_sent)
+    return BenchReport(run=run, summary=summary)
 
 
 def run_benchmark(config: ServingBenchConfig) -> BenchReport:

@@ -16,8 +16,10 @@ class _Counting:
         self.sent.append(prompt)
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
-        await asyncio.sleep(self.hold_s)
-        self.in_flight -= 1
+        try:
+            await asyncio.sleep(self.hold_s)
+        finally:
+            self.in_flight -= 1
         return RequestRecord(True, "", self.hold_s, 0.0, (), len(prompt), None, "chunks")
 
 
@@ -61,3 +63,25 @@ def test_poisson_arrivals_without_a_cap_overlap_freely():
     shape = LoadShape(concurrency=None, request_rate=1000.0, seed=1)
     asyncio.run(run_load([f"p{i}" for i in range(5)], send, shape, progress=False))
     assert send.peak == 5
+
+
+def test_a_time_limit_abandons_requests_in_flight_and_sends_no_more():
+    send = _Counting(hold_s=0.5)
+    prompts = [f"p{i}" for i in range(10)]
+    result = asyncio.run(run_load(prompts, send, LoadShape(concurrency=3), progress=False, max_duration_s=0.2))
+    assert (len(result.records), result.cut_off, result.not_sent) == (0, 3, 7)
+    assert result.duration_s < 0.45  # did not wait for the 0.5 s requests
+    assert send.in_flight == 0  # the abandoned sends were cancelled, not left running
+
+
+def test_a_time_limit_keeps_what_finished_under_poisson_arrivals():
+    send = _Counting(hold_s=0.05)
+    shape = LoadShape(concurrency=None, request_rate=20.0, seed=3)
+    result = asyncio.run(run_load([f"p{i}" for i in range(200)], send, shape, progress=False, max_duration_s=0.5))
+    assert len(result.records) > 0 and result.not_sent > 100
+    assert len(result.records) + result.cut_off + result.not_sent == 200
+
+
+def test_the_time_limit_must_be_positive():
+    with pytest.raises(ValueError, match="positive"):
+        asyncio.run(run_load(["p"], _Counting(0.0), LoadShape(), progress=False, max_duration_s=0))

@@ -56,3 +56,12 @@ def test_bad_flags_are_one_line_errors(capsys):
 def test_an_unreachable_server_is_a_one_line_error(capsys):
     assert tenor_main(["bench", "--base-url", "http://127.0.0.1:1", "--no-progress"]) == 2
     assert "cannot reach http://127.0.0.1:1/v1/models" in capsys.readouterr().err
+
+
+def test_a_time_limit_cuts_off_a_hanging_server_and_says_so(fake_server_url, capsys):
+    argv = ["bench", "--base-url", fake_server_url, "--model", "fake-hang", "--num-prompts", "4",
+            "--concurrency", "2", "--max-duration", "0.5", "--no-progress"]
+    assert tenor_main(argv) == 0  # abandoned at the limit is not a failure
+    out = capsys.readouterr().out
+    assert "0 ok, 0 failed, 2 cut off and 2 not sent at the time limit" in out
+    assert "time limit 0.5 s" in out
