@@ -193,9 +193,11 @@ class PagedKVCache:
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         kv = torch.stack([k, v])  # [2, T, K, E]
         if self.quantized:
+            # In float32 and clamped: a bf16 division can round 127 up to 128, which wraps in int8.
+            kv = kv.float()
             scale = kv.abs().amax(dim=-1, keepdim=True).clamp(min=1e-6) / 127.0
             self.scales[layer].index_copy_(1, slots, scale.to(self.dtype))
-            kv = torch.round(kv / scale).to(torch.int8)
+            kv = torch.round(kv / scale).clamp(-127, 127).to(torch.int8)
         self.kv[layer].index_copy_(1, slots, kv)
 
     def read(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
