@@ -114,9 +114,10 @@ def _prompts(config: ServingBenchConfig) -> list[str]:
 async def run_benchmark_async(config: ServingBenchConfig) -> BenchReport:
     prompts = _prompts(config)
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-    # Pool size above the concurrency so no request waits for a connection on the client.
-    pool = (config.concurrency or 0) + 8 if config.request_rate is None else None
-    limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
+    # A fresh connection per request: reusing keep-alive connections raced with servers
+    # closing idle ones (llama-server), failing requests the server never saw. On loopback
+    # a connect costs well under a millisecond.
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
     timeout = httpx.Timeout(config.request_timeout_s, connect=min(10.0, config.request_timeout_s))
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout) as client:
         model = config.model or await fetch_model_name(client, config.base_url)

@@ -6,6 +6,7 @@ The model name in each request picks the behaviour, so one server covers every c
   fake-bad       HTTP 400 with an OpenAI error body
   fake-midway    two chunks, then an error event
   fake-hang      one chunk, then silence for HANG_S
+GET /client-ports lists the client's source port of every generation request so far.
 """
 
 from __future__ import annotations
@@ -54,8 +55,10 @@ async def _events(model: str, chat: bool, max_tokens: int) -> AsyncIterator[str]
 
 def build_fake_app() -> FastAPI:
     app = FastAPI()
+    client_ports: list[int] = []  # the client's source port for each generation request
 
     async def answer(request: Request, chat: bool) -> object:
+        client_ports.append(request.client.port if request.client else 0)
         body = await request.json()
         model = body.get("model", "fake")
         if model == "fake-bad":
@@ -70,6 +73,10 @@ def build_fake_app() -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> object:
         return await answer(request, chat=True)
+
+    @app.get("/client-ports")
+    async def ports() -> list[int]:
+        return client_ports
 
     @app.get("/v1/models")
     async def models() -> dict[str, object]:

@@ -1,5 +1,6 @@
 import json
 
+import httpx
 import pytest
 
 from tests.bench.fake_sse_server import CHUNKS, FIRST_DELAY_S
@@ -65,3 +66,11 @@ def test_a_time_limit_cuts_off_a_hanging_server_and_says_so(fake_server_url, cap
     out = capsys.readouterr().out
     assert "0 ok, 0 failed, 2 cut off and 2 not sent at the time limit" in out
     assert "time limit 0.5 s" in out
+
+
+def test_each_request_gets_a_fresh_connection(fake_server_url):
+    # Reused keep-alive connections raced with servers closing idle ones (llama-server).
+    before = len(httpx.get(fake_server_url + "/client-ports").json())
+    run_benchmark(ServingBenchConfig(base_url=fake_server_url, num_prompts=4, concurrency=1, progress=False))
+    ports = httpx.get(fake_server_url + "/client-ports").json()[before:]
+    assert len(ports) == 4 and len(set(ports)) == 4
