@@ -28,6 +28,7 @@ from tenor.engine.api import (
 )
 from tenor.errors import UserError
 from tenor.proto import lm_pb2, lm_pb2_grpc
+from tenor.tokenizer.token_ids import format_token_ids, parse_token_ids
 
 DEFAULT_MAX_DECODE_STEPS = 32
 
@@ -113,14 +114,10 @@ class TextCodec:
             return text
         if not token_ids:
             return ""
-        from tenor.tokenizer import format_token_ids
-
         return ("," if so_far else "") + format_token_ids(token_ids)
 
 
 def _parse_ids(text: str) -> list[int]:
-    from tenor.tokenizer import parse_token_ids
-
     try:
         return list(parse_token_ids(text))
     except (ValueError, UserError) as exc:

@@ -213,6 +213,28 @@ def test_cancelled_stream_aborts_the_engine_request():
     assert engine.stats().num_running == 0
 
 
+def test_tokenized_model_takes_and_returns_comma_separated_ids():
+    async def body():
+        models = FakeModels({MODEL: await started()}, tokenized=True)
+        async with lm_stub(models) as stub:
+            extra_steps = extra(per_example_max_decode_steps=3)
+            reply = await stub.Generate(lm_pb2.GenerateRequest(model_key=MODEL, text="100, 101", extra_inputs=extra_steps))
+            request = lm_pb2.GenerateRequest(model_key=MODEL, text="100,101", extra_inputs=extra_steps)
+            acc = ""
+            async for message in stub.GenerateStream(request):
+                acc = acc[: message.items[0].prefix_len] + message.items[0].text
+            score = await stub.Score(lm_pb2.ScoreRequest(model_key=MODEL, prefix="100", suffix=["101,102"]))
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                await stub.Generate(lm_pb2.GenerateRequest(model_key=MODEL, text="100,abc"))
+            return reply, acc, score, failed.value
+
+    reply, acc, score, error = run(body())
+    # MockEngine continues each token with the next id: 101 -> 102, 103, 104.
+    assert reply.texts[0].text == acc == "102,103,104"
+    assert list(score.logp) == [-0.5]
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "item 1" in error.details()
+
+
 def test_sampling_from_extra_maps_sax_keys():
     sampling = sampling_from_extra(
         extra(temperature=0.5, per_example_top_k=40, per_example_top_p=0.75, per_example_max_decode_steps=7, seed=3)
