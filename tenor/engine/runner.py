@@ -70,14 +70,18 @@ class ModelRunner:
         blocks = torch.tensor(block_table[: -(-length // self.block_size)])
         return (blocks[:, None] * self.block_size + self._offsets).reshape(-1)[:length]
 
-    def _decode_context(self, decodes: list[Chunk]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cache slots [B, S] of each decoding sequence's context and its mask [B, 1, 1, S]."""
+    def _decode_context(self, decodes: list[Chunk]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Cache slots [B, S] of each decoding sequence's context and its mask [B, 1, 1, S]
+        (None when every sequence's context is S long)."""
         lengths = [c.start + 1 for c in decodes]
         max_blocks = -(-max(lengths) // self.block_size)
         table = torch.zeros(len(decodes), max_blocks, dtype=torch.long)
         for i, chunk in enumerate(decodes):
             blocks = chunk.seq.block_table[:max_blocks]
             table[i, : len(blocks)] = torch.tensor(blocks)
-        slots = (table[:, :, None] * self.block_size + self._offsets).reshape(len(decodes), -1)
-        mask = torch.arange(slots.shape[1])[None, :] < torch.tensor(lengths)[:, None]
+        longest = max(lengths)
+        slots = (table[:, :, None] * self.block_size + self._offsets).reshape(len(decodes), -1)[:, :longest]
+        if min(lengths) == longest:  # e.g. a single stream: every slot is context, no mask needed
+            return slots, None
+        mask = torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]
         return slots, mask[:, None, None, :]

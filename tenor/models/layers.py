@@ -102,46 +102,45 @@ class Rotary(nn.Module):
 
     `interleaved=False` is Llama's "rotate half" (pairs (i, i + rot_dim/2));
     `interleaved=True` is GPT-J's "rotate every two" (pairs (2i, 2i+1)). Both are applied as
-    x * cos + (x @ R) * sin, where R is a fixed signed permutation: one small matmul instead
-    of a chain of slices and concatenations.
+    x * cos + swap(x) * sin_signed: `swap` exchanges each pair (one roll or flip) and the
+    rotation's minus sign is folded into the sin table, so a rotation costs four small ops.
     """
 
     def __init__(self, rot_dim: int, max_positions: int, theta: float, scaling: RopeScaling | None,
                  interleaved: bool) -> None:
         super().__init__()
         self.rot_dim = rot_dim
+        self.interleaved = interleaved
         inv_freq = rope_inv_freq(rot_dim, theta, scaling)
         angles = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)  # [P, rot/2]
-        if interleaved:
-            angles = angles.repeat_interleave(2, dim=-1)
-        else:
-            angles = torch.cat([angles, angles], dim=-1)
-        self.register_buffer("cos", angles.cos().float(), persistent=False)
-        self.register_buffer("sin", angles.sin().float(), persistent=False)
-        rotate = torch.zeros(rot_dim, rot_dim)
         half = rot_dim // 2
-        for i in range(half):
-            if interleaved:  # (x0, x1) -> (-x1, x0)
-                rotate[2 * i + 1, 2 * i] = -1.0
-                rotate[2 * i, 2 * i + 1] = 1.0
-            else:  # (a, b) -> (-b, a)
-                rotate[i + half, i] = -1.0
-                rotate[i, i + half] = 1.0
-        self.register_buffer("rotate", rotate, persistent=False)
+        if interleaved:  # (x0, x1) -> (-x1, x0)
+            angles = angles.repeat_interleave(2, dim=-1)
+            sign = torch.tensor([-1.0, 1.0], dtype=torch.float64).repeat(half)
+        else:  # (a, b) -> (-b, a)
+            angles = torch.cat([angles, angles], dim=-1)
+            sign = torch.cat([-torch.ones(half, dtype=torch.float64), torch.ones(half, dtype=torch.float64)])
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", (angles.sin() * sign).float(), persistent=False)
 
     def to_dtype(self, dtype: torch.dtype) -> None:
-        self.cos, self.sin, self.rotate = self.cos.to(dtype), self.sin.to(dtype), self.rotate.to(dtype)
+        self.cos, self.sin = self.cos.to(dtype), self.sin.to(dtype)
 
     def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin for the step's positions, shaped [T, 1, rot_dim] to broadcast over heads."""
         return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
 
+    def _swap(self, x: torch.Tensor) -> torch.Tensor:
+        if self.interleaved:
+            return x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+        return x.roll(self.rot_dim // 2, dims=-1)
+
     def apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x: [T, heads, E]; rotates the first rot_dim dims of every head."""
         if self.rot_dim == x.shape[-1]:
-            return x * cos + (x @ self.rotate) * sin
+            return x * cos + self._swap(x) * sin
         rot, rest = x[..., : self.rot_dim], x[..., self.rot_dim:]
-        return torch.cat([rot * cos + (rot @ self.rotate) * sin, rest], dim=-1)
+        return torch.cat([rot * cos + self._swap(rot) * sin, rest], dim=-1)
 
 
 @dataclass
@@ -164,7 +163,7 @@ class AttentionBatch:
     slot_mapping: torch.Tensor  # [T] cache slot each new token's k/v is written to
     num_decode: int
     decode_slots: torch.Tensor | None  # [B, S] cache slots of each decode sequence's context
-    decode_mask: torch.Tensor | None  # [B, 1, 1, S] True where the slot is part of the context
+    decode_mask: torch.Tensor | None  # [B, 1, 1, S] True where the slot is context; None: all are
     prefills: list[PrefillSpan]
 
 
@@ -221,15 +220,18 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: Pa
     num_heads, num_kv = q.shape[1], k.shape[1]
     group = num_heads // num_kv
     scale = 1.0 / math.sqrt(q.shape[-1])
-    out = torch.empty_like(q)
     nd = batch.num_decode
     if nd:
         ck, cv = cache.read(layer, batch.decode_slots)  # [B, S, K, E]
         # Each kv head serves `group` query heads: treat them as the group's query rows.
         qd = q[:nd].view(nd, num_kv, group, -1)
         od = F.scaled_dot_product_attention(qd, ck.transpose(1, 2), cv.transpose(1, 2),
-                                            attn_mask=batch.decode_mask, scale=scale)
-        out[:nd] = od.reshape(nd, num_heads, -1)
+                                            attn_mask=batch.decode_mask, scale=scale).reshape(nd, num_heads, -1)
+        if not batch.prefills:
+            return od
+    out = torch.empty_like(q)
+    if nd:
+        out[:nd] = od
     for span in batch.prefills:
         rows = slice(span.start, span.start + span.length)
         qp = q[rows].transpose(0, 1)  # [H, L, E]
