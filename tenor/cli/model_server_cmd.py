@@ -73,6 +73,8 @@ def _serve(args: argparse.Namespace) -> int:
         rejoin_s=args.rejoin_interval,
         drain_timeout_s=args.drain_timeout,
     )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # tenor's own lines (model status changes) at INFO; libraries (httpx to etcd...) only when they warn.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("tenor").setLevel(logging.INFO)
     serve(config)
     return 0
