@@ -48,7 +48,7 @@ class NotLeaderError(Exception):
 @dataclass(frozen=True)
 class ManagerOptions:
     poll_interval_s: float = 1.0
-    prune_after_s: float = 3.0
+    prune_after_s: float = 10.0  # a loading server can be quiet for seconds; a dead one stays quiet
     rpc_timeout_s: float = 1.0  # GetStatus deadline
     load_timeout_s: float = 900.0
     max_load_attempts: int = 3  # failed loads per model per publish/update before giving up

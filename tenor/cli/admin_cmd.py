@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, default=0, help="gRPC port (default: any free port)")
     serve.add_argument("--http-port", type=int, default=0, help="status page port (default: any free port; -1: none)")
     serve.add_argument("--poll-interval", type=float, default=1.0, help="seconds between model-server heartbeats")
-    serve.add_argument("--prune-after", type=float, default=3.0, help="drop a server silent for this many seconds")
+    serve.add_argument("--prune-after", type=float, default=10.0, help="drop a server silent for this many seconds")
     serve.add_argument("--startup-grace", type=float, default=2.0,
                        help="after taking the lead, seconds to let servers re-join before placing replicas")
     serve.add_argument("--max-load-attempts", type=int, default=3, help="failed loads per model before giving up")

@@ -62,7 +62,7 @@ class LLMEngine:
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
         loaded = await asyncio.to_thread(load_model, self.servable, self._checkpoint)
-        self._setup(loaded)
+        await asyncio.to_thread(self._setup, loaded)  # a big KV allocation must not block the loop
         self._thread = threading.Thread(target=self._loop, name=f"tenor-engine-{self.model_name}", daemon=True)
         self._thread.start()
         if self._options.warmup:
