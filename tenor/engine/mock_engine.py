@@ -90,7 +90,9 @@ class MockEngine:
         while self._running and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
         self._abort_all = True  # what is still running ends with finish_reason "abort"
-        while self._running:
+        # Bounded: a stream its caller abandoned without closing never runs again.
+        deadline = asyncio.get_running_loop().time() + 1.0
+        while self._running and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
 
     def health(self) -> HealthState:
