@@ -52,6 +52,7 @@ class _Sampling(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    ignore_eos: bool = False  # vLLM's and llama.cpp's extension: always make max_tokens
 
 
 class CompletionBody(_Sampling):
@@ -132,6 +133,7 @@ class Baseline:
                 self.model.generate(
                     torch.tensor([job.prompt_ids]),
                     max_new_tokens=job.body.max_tokens,
+                    min_new_tokens=job.body.max_tokens if job.body.ignore_eos else None,
                     do_sample=not greedy,
                     temperature=None if greedy else job.body.temperature,
                     top_p=None if greedy else job.body.top_p,

@@ -65,6 +65,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--points", default="1:8,32:64", help="CONCURRENCY:NUM_PROMPTS, comma separated")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    p.add_argument("--ignore-eos", action="store_true", help="every request makes exactly --max-tokens tokens")
     p.add_argument("--gguf", type=Path, default=None, help="default: the default model's GGUF")
     p.add_argument("--threads", type=int, default=2, help="threads for llama-server and the HF baseline")
     p.add_argument("--llama-slots", type=int, default=32, help="llama-server -np")
@@ -91,6 +92,7 @@ def _bench_server(server: RunningServer, points: list[Point], args: argparse.Nam
         config = ServingBenchConfig(
             base_url=server.base_url, endpoint=args.endpoint, num_prompts=point.num_prompts,
             concurrency=point.concurrency, max_tokens=args.max_tokens, request_timeout_s=args.request_timeout,
+            ignore_eos=args.ignore_eos,
             warmup=1 if i == 0 else 0, progress=not args.no_progress, max_duration_s=args.max_duration,
         )
         report = run_benchmark(config)
@@ -174,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
                 server.stop()
     table = comparison_markdown(rows)
     header = (f"Serving comparison, {started}, GGUF {options.gguf.name}, endpoint {args.endpoint}, "
-              f"max_tokens {args.max_tokens}, threads {args.threads}, at most {args.max_duration:g} s a point\n")
+              f"max_tokens {args.max_tokens}{' (ignore_eos)' if args.ignore_eos else ''}, threads {args.threads}, "
+              f"at most {args.max_duration:g} s a point\n")
     (out_dir / "comparison.md").write_text(header + table, encoding="utf-8")
     (out_dir / "comparison.json").write_text(json.dumps({
-        "started_utc": started, "gguf": str(options.gguf), "endpoint": args.endpoint, "max_tokens": args.max_tokens,
+        "started_utc": started, "gguf": str(options.gguf), "endpoint": args.endpoint, "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos,
         "commands": {s.name: list(s.argv) for s in specs},
         "results": [json.loads((out_dir / _json_name(r.server, r.point)).read_text())
                     for r in rows if r.summary is not None],

@@ -25,12 +25,17 @@ def _tokenizer() -> PreTrainedTokenizerFast:
     return tok
 
 
-@pytest.fixture(scope="module")
-def baseline() -> Baseline:
+def _tiny_model() -> LlamaForCausalLM:
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=256, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=MAX_NEW_TOKENS + 512)
-    return Baseline(LlamaForCausalLM(config), _tokenizer(), "tiny")
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=MAX_NEW_TOKENS + 512,
+                         tie_word_embeddings=False)
+    return LlamaForCausalLM(config)
+
+
+@pytest.fixture(scope="module")
+def baseline() -> Baseline:
+    return Baseline(_tiny_model(), _tokenizer(), "tiny")
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +109,17 @@ def test_the_benchmark_runs_against_the_baseline(url):
     assert (s.completed, s.failed) == (3, 0)
     assert s.total_output_tokens == 15 and s.token_source == "usage"
     assert s.ttft.count == 3
+
+
+def test_ignore_eos_makes_max_tokens_even_when_the_model_would_stop():
+    # Here the model can emit the EOS (id 0), and does at once: every logit is 0, greedy picks id 0.
+    tok = _tokenizer()
+    tok.eos_token = tok.convert_ids_to_tokens(0)
+    model = _tiny_model()
+    torch.nn.init.zeros_(model.lm_head.weight)
+    with serve_app(build_app(Baseline(model, tok, "tiny-eos"))) as base:
+        body = {"prompt": "hi", "max_tokens": 6, "temperature": 0}
+        stops = httpx.post(base + "/v1/completions", json=body, timeout=30).json()
+        forced = httpx.post(base + "/v1/completions", json=body | {"ignore_eos": True}, timeout=30).json()
+    assert stops["usage"]["completion_tokens"] == 1 and stops["choices"][0]["finish_reason"] == "stop"
+    assert forced["usage"]["completion_tokens"] == 6 and forced["choices"][0]["finish_reason"] == "length"
