@@ -46,12 +46,13 @@ class ModelRunner:
         batch = AttentionBatch(
             slot_mapping=torch.tensor(slots),
             num_decode=len(decodes),
-            decode_slots=None,
+            decode_blocks=None,
             decode_mask=None,
             prefills=[],
         )
         if decodes:
-            batch.decode_slots, batch.decode_mask = self._decode_context(decodes)
+            batch.decode_blocks, batch.decode_mask = self._decode_context(decodes)
+            batch.decode_span = max(c.start + 1 for c in decodes)
         offset = len(decodes)
         for chunk in prefills:
             context = None
@@ -71,17 +72,16 @@ class ModelRunner:
         return (blocks[:, None] * self.block_size + self._offsets).reshape(-1)[:length]
 
     def _decode_context(self, decodes: list[Chunk]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Cache slots [B, S] of each decoding sequence's context and its mask [B, 1, 1, S]
-        (None when every sequence's context is S long)."""
+        """KV blocks [B, N] of each decoding sequence's context, and the mask [K * B, 1, S] of
+        the slots up to the longest context S that hold context (None when all do)."""
         lengths = [c.start + 1 for c in decodes]
-        max_blocks = -(-max(lengths) // self.block_size)
-        table = torch.zeros(len(decodes), max_blocks, dtype=torch.long)
+        num_blocks = -(-max(lengths) // self.block_size)
+        table = torch.zeros(len(decodes), num_blocks, dtype=torch.long)
         for i, chunk in enumerate(decodes):
-            blocks = chunk.seq.block_table[:max_blocks]
+            blocks = chunk.seq.block_table[:num_blocks]
             table[i, : len(blocks)] = torch.tensor(blocks)
-        longest = max(lengths)
-        slots = (table[:, :, None] * self.block_size + self._offsets).reshape(len(decodes), -1)[:, :longest]
-        if min(lengths) == longest:  # e.g. a single stream: every slot is context, no mask needed
-            return slots, None
-        mask = torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]
-        return slots, mask[:, None, None, :]
+        span = max(lengths)
+        if min(lengths) == span:  # e.g. a single stream
+            return table, None
+        mask = torch.arange(span)[None, :] < torch.tensor(lengths)[:, None]  # [B, S]
+        return table, mask.repeat(self.cache.num_kv_heads, 1)[:, None, :]

@@ -162,25 +162,29 @@ class AttentionBatch:
 
     slot_mapping: torch.Tensor  # [T] cache slot each new token's k/v is written to
     num_decode: int
-    decode_slots: torch.Tensor | None  # [B, S] cache slots of each decode sequence's context
-    decode_mask: torch.Tensor | None  # [B, 1, 1, S] True where the slot is context; None: all are
+    decode_blocks: torch.Tensor | None  # [B, N] KV blocks of each decode sequence's context
+    decode_mask: torch.Tensor | None  # [K * B, 1, S] True where the slot is context; None: all are
     prefills: list[PrefillSpan]
+    decode_span: int = 0  # S: the longest decode context; slots past it are not read
 
 
 class PagedKVCache:
-    """K and V for every layer in blocks: one tensor [layers, 2, blocks * block_size, K, E].
+    """K and V for every layer: one tensor [layers, 2, K, blocks * block_size, E].
 
-    Slots are `block * block_size + offset`. With `quantized=True` k/v are int8 with one
-    float scale per (slot, kv head), which halves the cache against bf16.
+    Slots are `block * block_size + offset`. Heads lead so that gathering a batch's blocks
+    yields, per head, each sequence's context as one contiguous [S, E] matrix: decode
+    attention is then two batched matmuls with no copies in between. With `quantized=True`
+    k/v are int8 with one float scale per (kv head, slot), half the bytes of bf16.
     """
 
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
                  dtype: torch.dtype, quantized: bool = False) -> None:
         self.num_blocks, self.block_size, self.quantized, self.dtype = num_blocks, block_size, quantized, dtype
+        self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
         slots = num_blocks * block_size
         store = torch.int8 if quantized else dtype
-        self.kv = torch.zeros(num_layers, 2, slots, num_kv_heads, head_dim, dtype=store)
-        self.scales = torch.ones(num_layers, 2, slots, num_kv_heads, 1, dtype=dtype) if quantized else None
+        self.kv = torch.zeros(num_layers, 2, num_kv_heads, slots, head_dim, dtype=store)
+        self.scales = torch.ones(num_layers, 2, num_kv_heads, slots, 1, dtype=dtype) if quantized else None
 
     @staticmethod
     def bytes_per_slot(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
@@ -190,23 +194,49 @@ class PagedKVCache:
         return num_layers * 2 * num_kv_heads * (head_dim * item + scale)
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        kv = torch.stack([k, v])  # [2, T, K, E]
+        """k, v: [T, K, E] for the tokens going to `slots` [T]."""
+        kv = torch.stack([k, v]).transpose(1, 2)  # [2, K, T, E]
         if self.quantized:
             # In float32 and clamped: a bf16 division can round 127 up to 128, which wraps in int8.
             kv = kv.float()
             scale = kv.abs().amax(dim=-1, keepdim=True).clamp(min=1e-6) / 127.0
-            self.scales[layer].index_copy_(1, slots, scale.to(self.dtype))
+            self.scales[layer].index_copy_(2, slots, scale.to(self.dtype))
             kv = torch.round(kv / scale).clamp(-127, 127).to(torch.int8)
-        self.kv[layer].index_copy_(1, slots, kv)
+        self.kv[layer].index_copy_(2, slots, kv)
 
     def read(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """k, v at `slots` (any shape [..]) -> [.., K, E] each."""
-        flat = slots.reshape(-1)
-        kv = self.kv[layer].index_select(1, flat)
+        """k, v at `slots` [L] -> [K, L, E] each."""
+        kv = self.kv[layer].index_select(2, slots)
         if self.quantized:
-            kv = kv.to(self.dtype) * self.scales[layer].index_select(1, flat)
-        kv = kv.reshape(2, *slots.shape, *kv.shape[-2:])
+            kv = kv.to(self.dtype) * self.scales[layer].index_select(2, slots)
         return kv[0], kv[1]
+
+    def read_blocks(self, layer: int, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v of whole blocks [B, N] -> [K * B, N * block_size, E] each, head-major."""
+        shape = (2, self.num_kv_heads, self.num_blocks, self.block_size, self.head_dim)
+        flat = blocks.reshape(-1)
+        kv = self.kv[layer].view(shape).index_select(2, flat)
+        if self.quantized:
+            scale_shape = shape[:-1] + (1,)
+            kv = kv.to(self.dtype) * self.scales[layer].view(scale_shape).index_select(2, flat)
+        kv = kv.view(2, self.num_kv_heads * blocks.shape[0], -1, self.head_dim)
+        return kv[0], kv[1]
+
+
+def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: AttentionBatch) -> torch.Tensor:
+    """q: [B, H, E] for the decode tokens -> [B, H, E], each over its own sequence's blocks."""
+    nd, num_heads, dim = q.shape
+    num_kv = cache.num_kv_heads
+    group = num_heads // num_kv
+    k, v = cache.read_blocks(layer, batch.decode_blocks)  # [K * B, N * block_size, E]
+    k, v = k[:, : batch.decode_span], v[:, : batch.decode_span]
+    # Batch over (kv head, sequence); each kv head's `group` query heads are its query rows.
+    qg = q.view(nd, num_kv, group, dim).transpose(0, 1).reshape(num_kv * nd, group, dim)
+    scores = torch.bmm(qg, k.transpose(1, 2)).float().mul_(1.0 / math.sqrt(dim))  # [K * B, G, S]
+    if batch.decode_mask is not None:
+        scores.masked_fill_(~batch.decode_mask, float("-inf"))
+    out = torch.bmm(scores.softmax(dim=-1).to(v.dtype), v)  # [K * B, G, E]
+    return out.view(num_kv, nd, group, dim).transpose(0, 1).reshape(nd, num_heads, dim)
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: PagedKVCache, layer: int,
@@ -217,34 +247,27 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: Pa
     context: decode tokens in one batched call, prefill chunks one sequence at a time.
     """
     cache.write(layer, batch.slot_mapping, k, v)
-    num_heads, num_kv = q.shape[1], k.shape[1]
-    group = num_heads // num_kv
-    scale = 1.0 / math.sqrt(q.shape[-1])
     nd = batch.num_decode
-    if nd:
-        ck, cv = cache.read(layer, batch.decode_slots)  # [B, S, K, E]
-        # Each kv head serves `group` query heads: treat them as the group's query rows.
-        qd = q[:nd].view(nd, num_kv, group, -1)
-        od = F.scaled_dot_product_attention(qd, ck.transpose(1, 2), cv.transpose(1, 2),
-                                            attn_mask=batch.decode_mask, scale=scale).reshape(nd, num_heads, -1)
-        if not batch.prefills:
-            return od
+    if nd and not batch.prefills:
+        return decode_attention(q, cache, layer, batch)
     out = torch.empty_like(q)
     if nd:
-        out[:nd] = od
+        out[:nd] = decode_attention(q[:nd], cache, layer, batch)
+    group = q.shape[1] // k.shape[1]
+    scale = 1.0 / math.sqrt(q.shape[-1])
     for span in batch.prefills:
         rows = slice(span.start, span.start + span.length)
         qp = q[rows].transpose(0, 1)  # [H, L, E]
         if span.context_slots is None:
-            kp, vp = k[rows], v[rows]
+            kp, vp = k[rows].transpose(0, 1), v[rows].transpose(0, 1)
             mask, causal = None, True
         else:
-            kp, vp = cache.read(layer, span.context_slots)
+            kp, vp = cache.read(layer, span.context_slots)  # [K, L, E]
             total = span.num_cached + span.length
             mask = torch.ones(span.length, total, dtype=torch.bool).tril(diagonal=span.num_cached)
             causal = False
-        kp = kp.transpose(0, 1).repeat_interleave(group, dim=0)
-        vp = vp.transpose(0, 1).repeat_interleave(group, dim=0)
+        kp = kp.repeat_interleave(group, dim=0)
+        vp = vp.repeat_interleave(group, dim=0)
         op = F.scaled_dot_product_attention(qp, kp.to(qp.dtype), vp.to(qp.dtype), attn_mask=mask,
                                             is_causal=causal, scale=scale)
         out[rows] = op.transpose(0, 1)

@@ -26,8 +26,7 @@ def stepwise_logits(model, ids: list[int], first: int) -> torch.Tensor:
     cache = new_cache(model)
     rows = [prefill_logits(model, ids[:first], cache)]
     for t in range(first, len(ids)):
-        slots = torch.arange(t + 1)[None]
-        mask = torch.ones(1, 1, 1, t + 1, dtype=torch.bool)
-        batch = AttentionBatch(torch.tensor([t]), 1, slots, mask, [])
+        blocks = torch.arange(-(-(t + 1) // cache.block_size))[None]
+        batch = AttentionBatch(torch.tensor([t]), 1, blocks, None, [], decode_span=t + 1)
         rows.append(model(torch.tensor([ids[t]]), torch.tensor([t]), cache, batch, torch.arange(1)))
     return torch.cat(rows)
