@@ -55,16 +55,22 @@ class LLMEngine:
         self._requests: dict[str, RequestState] = {}  # owned by the step thread
         self._in_flight = 0  # requests accepted and not yet finished (any thread, under _lock)
         self._thread: threading.Thread | None = None
+        self._running = True  # the step thread loops until stop() clears it
         self._last_progress = time.monotonic()
         self._prompt_tokens = 0
         self._generated_tokens = 0
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
-        loaded = await asyncio.to_thread(load_model, self.servable, self._checkpoint)
-        await asyncio.to_thread(self._setup, loaded)  # a big KV allocation must not block the loop
-        self._thread = threading.Thread(target=self._loop, name=f"tenor-engine-{self.model_name}", daemon=True)
+        # All torch work (load, KV allocation, steps) happens on the one step thread: every
+        # thread that calls into torch gets its own OpenMP team, and two teams spinning on
+        # two cores made each step twice as slow.
+        loop = asyncio.get_running_loop()
+        loaded: asyncio.Future = loop.create_future()
+        self._thread = threading.Thread(target=self._run, args=(loop, loaded), daemon=True,
+                                        name=f"tenor-engine-{self.model_name}")
         self._thread.start()
+        await loaded
         if self._options.warmup:
             await self._warmup()
         self._state = HealthState.READY
@@ -220,9 +226,17 @@ class LLMEngine:
         return state.score
 
     # ---- the step thread -------------------------------------------------------------
+    def _run(self, loop: asyncio.AbstractEventLoop, loaded: asyncio.Future) -> None:
+        try:
+            self._setup(load_model(self.servable, self._checkpoint))
+        except BaseException as exc:  # reported to start()'s caller
+            loop.call_soon_threadsafe(_settle, loaded, exc)
+            return
+        loop.call_soon_threadsafe(_settle, loaded, None)
+        self._loop()
+
     def _loop(self) -> None:
         torch.set_grad_enabled(False)
-        self._running = True
         while self._running:
             self._drain_inbox()
             if not self._scheduler.has_work():
@@ -298,6 +312,14 @@ class LLMEngine:
         for state in list(self._requests.values()):
             state.fail(EngineUnavailableError(f"engine step failed: {exc}"))
             self._retire(state)
+
+
+def _settle(future: asyncio.Future, exc: BaseException | None) -> None:
+    if not future.done():
+        if exc is None:
+            future.set_result(None)
+        else:
+            future.set_exception(exc)
 
 
 def group_rows(rows: list[tuple[Sequence, int]]) -> dict[Sequence, list[int]]:
