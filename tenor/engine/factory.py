@@ -19,7 +19,7 @@ class EngineOptions:
     max_waiting: int = 256  # bounded queue: more waiting requests get OverloadedError
     quantize_kv_cache: bool = False  # int8 KV cache
     warmup: bool = True
-    max_num_batched_tokens: int = 512  # tokens per step: decodes plus prompt chunks
+    max_num_batched_tokens: int = 1024  # tokens per step: decodes plus prompt chunks
 
 
 def create_engine(servable: ServableConfig, checkpoint: str | None, options: EngineOptions = EngineOptions()) -> Engine:

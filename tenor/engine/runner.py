@@ -72,16 +72,16 @@ class ModelRunner:
         return (blocks[:, None] * self.block_size + self._offsets).reshape(-1)[:length]
 
     def _decode_context(self, decodes: list[Chunk]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """KV blocks [B, N] of each decoding sequence's context, and the mask [K * B, 1, S] of
-        the slots up to the longest context S that hold context (None when all do)."""
+        """KV blocks [B, N] of each decoding sequence's context, and the mask [K * B, 1, N * block]
+        of slots that hold context (None when every context has the same length)."""
         lengths = [c.start + 1 for c in decodes]
         num_blocks = -(-max(lengths) // self.block_size)
         table = torch.zeros(len(decodes), num_blocks, dtype=torch.long)
         for i, chunk in enumerate(decodes):
             blocks = chunk.seq.block_table[:num_blocks]
             table[i, : len(blocks)] = torch.tensor(blocks)
-        span = max(lengths)
-        if min(lengths) == span:  # e.g. a single stream
+        if min(lengths) == max(lengths):  # e.g. a single stream: no mask, the tail is cut
             return table, None
+        span = num_blocks * self.block_size
         mask = torch.arange(span)[None, :] < torch.tensor(lengths)[:, None]  # [B, S]
         return table, mask.repeat(self.cache.num_kv_heads, 1)[:, None, :]

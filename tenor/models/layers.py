@@ -163,9 +163,9 @@ class AttentionBatch:
     slot_mapping: torch.Tensor  # [T] cache slot each new token's k/v is written to
     num_decode: int
     decode_blocks: torch.Tensor | None  # [B, N] KV blocks of each decode sequence's context
-    decode_mask: torch.Tensor | None  # [K * B, 1, S] True where the slot is context; None: all are
+    decode_mask: torch.Tensor | None  # [K * B, 1, N * block_size] True where the slot is context
     prefills: list[PrefillSpan]
-    decode_span: int = 0  # S: the longest decode context; slots past it are not read
+    decode_span: int = 0  # without a mask: every decode context's length
 
 
 class PagedKVCache:
@@ -229,7 +229,9 @@ def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: At
     num_kv = cache.num_kv_heads
     group = num_heads // num_kv
     k, v = cache.read_blocks(layer, batch.decode_blocks)  # [K * B, N * block_size, E]
-    k, v = k[:, : batch.decode_span], v[:, : batch.decode_span]
+    if batch.decode_mask is None and batch.decode_span < k.shape[1]:
+        # Every row's context ends at the same slot: drop the tail instead of masking it.
+        k, v = k[:, : batch.decode_span], v[:, : batch.decode_span]
     # Batch over (kv head, sequence); each kv head's `group` query heads are its query rows.
     qg = q.view(nd, num_kv, group, dim).transpose(0, 1).reshape(num_kv * nd, group, dim)
     scores = torch.bmm(qg, k.transpose(1, 2)).float().mul_(1.0 / math.sqrt(dim))  # [K * B, G, S]
@@ -253,7 +255,6 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: Pa
     out = torch.empty_like(q)
     if nd:
         out[:nd] = decode_attention(q[:nd], cache, layer, batch)
-    group = q.shape[1] // k.shape[1]
     scale = 1.0 / math.sqrt(q.shape[-1])
     for span in batch.prefills:
         rows = slice(span.start, span.start + span.length)
@@ -266,9 +267,7 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: Pa
             total = span.num_cached + span.length
             mask = torch.ones(span.length, total, dtype=torch.bool).tril(diagonal=span.num_cached)
             causal = False
-        kp = kp.repeat_interleave(group, dim=0)
-        vp = vp.repeat_interleave(group, dim=0)
-        op = F.scaled_dot_product_attention(qp, kp.to(qp.dtype), vp.to(qp.dtype), attn_mask=mask,
-                                            is_causal=causal, scale=scale)
+        op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, is_causal=causal, scale=scale,
+                                            enable_gqa=True)
         out[rows] = op.transpose(0, 1)
     return out
