@@ -124,7 +124,7 @@ def _update(args: argparse.Namespace) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from tenor.cli.lm_cmd import render_table
+    from tenor.cli.table import render_table
 
     if not args.name:
         cells = list_cells(resolve_root(args.root))

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tenor.models.config import ModelConfig, RopeScaling
+from tenor.models.config import RopeScaling
 
 
 class ParallelLinear(nn.Module):

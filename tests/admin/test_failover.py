@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 
 from tenor.client.admin_client import AdminClient
 from tests.fakes.cell import AdminProcess, wait_until
