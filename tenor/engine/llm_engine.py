@@ -9,6 +9,7 @@ the GIL inside its kernels, so the event loop keeps serving while a step runs.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import logging
 import threading
@@ -73,6 +74,10 @@ class LLMEngine:
         await loaded
         if self._options.warmup:
             await self._warmup()
+        # What exists now (weights' Python objects, tokenizer tables, modules) lives as long as
+        # the server: keep it out of the collector, whose full passes stalled steps by 0.1-0.2 s.
+        gc.collect()
+        gc.freeze()
         self._state = HealthState.READY
 
     def _setup(self, loaded: LoadedModel) -> None:
