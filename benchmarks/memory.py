@@ -59,8 +59,10 @@ async def run(args: argparse.Namespace) -> dict:
         async def stream(i: int) -> int:
             ids = tuple(rng.randrange(100, 49000) for _ in range(prompt_len))
             sampling = SamplingParams(max_tokens=args.new_tokens, ignore_eos=True)
-            return sum(len(d.token_ids) async for o in engine.generate(GenerateRequest(f"m{i}", ids, sampling))
-                       for d in o.deltas)
+            count = 0
+            async for output in engine.generate(GenerateRequest(f"m{i}", ids, sampling)):
+                count += sum(len(d.token_ids) for d in output.deltas)
+            return count
 
         start = time.perf_counter()
         tokens = await asyncio.gather(*(stream(i) for i in range(args.streams)))
