@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tenor.models.config import ModelConfig
+from tenor.models.decoder import DecoderLM
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
 from tenor.models.llama import WeightTaker
 
@@ -38,7 +39,7 @@ class GPTJBlock(nn.Module):
         return x + attn + mlp
 
 
-class GPTJModel(nn.Module):
+class GPTJModel(DecoderLM):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
@@ -70,12 +71,5 @@ class GPTJModel(nn.Module):
         self.rotary.to_dtype(dtype)
         take.check_all_used()
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
-                batch: AttentionBatch, logits_rows: torch.Tensor) -> torch.Tensor:
-        x = F.embedding(input_ids, self.embed)
-        cos, sin = self.rotary.tables(positions)
-        for block in self.layers:
-            x = block(x, self.rotary, cos, sin, cache, batch)
-        x = x.index_select(0, logits_rows)
-        x = F.layer_norm(x, (self.config.hidden_size,), self.ln_f_weight, self.ln_f_bias, self.config.norm_eps)
-        return self.lm_head(x).float()
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (self.config.hidden_size,), self.ln_f_weight, self.ln_f_bias, self.config.norm_eps)

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tenor.models.config import ModelConfig
+from tenor.models.decoder import DecoderLM
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
 
 
@@ -41,7 +42,7 @@ class LlamaBlock(nn.Module):
         return x + self.down(F.silu(gate) * up)
 
 
-class LlamaModel(nn.Module):
+class LlamaModel(DecoderLM):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
@@ -73,16 +74,8 @@ class LlamaModel(nn.Module):
         self.rotary.to_dtype(dtype)
         take.check_all_used()
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
-                batch: AttentionBatch, logits_rows: torch.Tensor) -> torch.Tensor:
-        """Runs the step; returns float32 logits [R, V] for the rows in `logits_rows`."""
-        x = F.embedding(input_ids, self.embed)
-        cos, sin = self.rotary.tables(positions)
-        for block in self.layers:
-            x = block(x, self.rotary, cos, sin, cache, batch)
-        x = x.index_select(0, logits_rows)
-        x = F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.norm_eps)
-        return self.lm_head(x).float()
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.norm_eps)
 
 
 class WeightTaker:

@@ -1,0 +1,30 @@
+"""What every decoder-only family shares: embed, run the blocks, norm the rows that need
+logits, project to the vocabulary. Families supply their blocks and final norm."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tenor.models.layers import AttentionBatch, PagedKVCache, Rotary
+
+
+class DecoderLM(nn.Module):
+    embed: nn.Parameter
+    layers: nn.ModuleList
+    lm_head: nn.Module
+    rotary: Rotary
+
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
+                batch: AttentionBatch, logits_rows: torch.Tensor) -> torch.Tensor:
+        """Runs the step's tokens [T]; returns float32 logits [R, V] for the rows in `logits_rows`."""
+        x = F.embedding(input_ids, self.embed)
+        cos, sin = self.rotary.tables(positions)
+        for block in self.layers:
+            x = block(x, self.rotary, cos, sin, cache, batch)
+        x = self.final_norm(x.index_select(0, logits_rows))
+        return self.lm_head(x).float()
