@@ -202,7 +202,8 @@ def _aligned(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def read_config(path: Path) -> tuple[ModelConfig, str | None]:
+def read_json_object(path: Path) -> dict:
+    """A JSON file holding an object, or a one-line CheckpointError saying what is wrong."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -211,6 +212,11 @@ def read_config(path: Path) -> tuple[ModelConfig, str | None]:
         raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
+    return data
+
+
+def read_config(path: Path) -> tuple[ModelConfig, str | None]:
+    data = read_json_object(path)
     version = data.pop("format_version", None)
     if version != FORMAT_VERSION:
         raise CheckpointError(f"{path}: format_version {version!r} is not supported (expected {FORMAT_VERSION})")

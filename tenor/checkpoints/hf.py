@@ -17,6 +17,7 @@ import torch
 from tenor.checkpoints.format import (
     LoadedCheckpoint,
     has_tokenizer_files,
+    read_json_object,
     read_safetensors,
     weight_files,
 )
@@ -54,7 +55,7 @@ def load_hf(path: str | Path) -> LoadedCheckpoint:
 
 def read_hf_config(path: Path) -> ModelConfig:
     file = path / "config.json"
-    data = _read_json(file)
+    data = read_json_object(file)
     architectures = data.get("architectures") or []
     if architectures:
         arch = next((ARCHITECTURES[a] for a in architectures if a in ARCHITECTURES), None)
@@ -68,7 +69,7 @@ def read_hf_config(path: Path) -> ModelConfig:
     eos = _token_ids(data.get("eos_token_id"))
     generation = path / "generation_config.json"
     if generation.is_file():  # Llama 3 lists its end-of-turn ids only here
-        eos += tuple(i for i in _token_ids(_read_json(generation).get("eos_token_id")) if i not in eos)
+        eos += tuple(i for i in _token_ids(read_json_object(generation).get("eos_token_id")) if i not in eos)
     try:
         fields = _llama_fields(file, data) if arch == "llama" else _gptj_fields(file, data)
         return ModelConfig(
@@ -79,18 +80,6 @@ def read_hf_config(path: Path) -> ModelConfig:
         raise CheckpointError(f"{file}: missing key {exc}") from None
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"{file}: {exc}") from None
-
-
-def _read_json(file: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{file}: missing") from None
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{file}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{file}: expected a JSON object")
-    return data
 
 
 def _token_ids(value: Any) -> tuple[int, ...]:
