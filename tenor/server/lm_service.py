@@ -134,54 +134,42 @@ class LMService(lm_pb2_grpc.LMServiceServicer):
     def __init__(self, models: ModelLookup) -> None:
         self._models = models
 
-    async def Generate(self, request: lm_pb2.GenerateRequest, context: grpc.aio.ServicerContext) -> lm_pb2.GenerateResponse:
+    @contextlib.asynccontextmanager
+    async def _serving(self, model_key: str, context: grpc.aio.ServicerContext) -> AsyncIterator[ReadyModel]:
+        """The model for one call; records its latency, or its failure and the status code."""
         started = time.monotonic()
         model = None
         try:
-            model = self._models.ready(request.model_key)
-            codec = TextCodec(model)
-            samples: list[_Sample] = []
-            async for output in _run(model, codec, request):
-                _accumulate(samples, output, codec)
+            model = self._models.ready(model_key)
+            yield model
         except Exception as exc:
             if model is not None:
                 model.record_failure()
             await _abort_if_known(context, exc)
             raise
         model.record_latency(time.monotonic() - started)
+
+    async def Generate(self, request: lm_pb2.GenerateRequest, context: grpc.aio.ServicerContext) -> lm_pb2.GenerateResponse:
+        async with self._serving(request.model_key, context) as model:
+            codec = TextCodec(model)
+            samples: list[_Sample] = []
+            async for output in _run(model, codec, request):
+                _accumulate(samples, output, codec)
         ranked = sorted(samples, key=lambda s: s.score, reverse=True)
         return lm_pb2.GenerateResponse(texts=[lm_pb2.DecodedText(text=s.text, score=s.score) for s in ranked])
 
     async def GenerateStream(
         self, request: lm_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[lm_pb2.GenerateStreamResponse]:
-        started = time.monotonic()
-        model = None
-        try:
-            model = self._models.ready(request.model_key)
+        async with self._serving(request.model_key, context) as model:
             codec = TextCodec(model)
             samples: list[_Sample] = []
             async for output in _run(model, codec, request):
                 yield _stream_response(samples, output, codec)
-        except Exception as exc:
-            if model is not None:
-                model.record_failure()
-            await _abort_if_known(context, exc)
-            raise
-        model.record_latency(time.monotonic() - started)
 
     async def Score(self, request: lm_pb2.ScoreRequest, context: grpc.aio.ServicerContext) -> lm_pb2.ScoreResponse:
-        started = time.monotonic()
-        model = None
-        try:
-            model = self._models.ready(request.model_key)
+        async with self._serving(request.model_key, context) as model:
             logps = await _score(model, request)
-        except Exception as exc:
-            if model is not None:
-                model.record_failure()
-            await _abort_if_known(context, exc)
-            raise
-        model.record_latency(time.monotonic() - started)
         return lm_pb2.ScoreResponse(logp=logps)
 
 
