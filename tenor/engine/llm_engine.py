@@ -224,10 +224,9 @@ class LLMEngine:
         state = RequestState(request, asyncio.get_running_loop(), self.tokenizer, self._eos,
                              self.limits.max_target_length, score_from=len(prefix))
         self._enqueue(state)
-        last = None
-        async for output in self._stream(state):
-            last = output
-        assert last is not None and state.score is not None
+        async for _ in self._stream(state):
+            pass
+        assert state.score is not None  # the stream ends only after finish_score (or raises)
         return state.score
 
     # ---- the step thread -------------------------------------------------------------
@@ -262,7 +261,7 @@ class LLMEngine:
             aborts, self._aborts = self._aborts, []
         for state in inbox:
             self._requests[state.key] = state
-            for seq in state.sequences():
+            for seq in state.seqs:
                 self._scheduler.add(seq)
             self._prompt_tokens += len(state.request.prompt_token_ids)
         for request_id in aborts:

@@ -24,7 +24,6 @@ class RequestState:
         self.key = f"r{next(_keys)}"  # unique inside the engine, whatever ids callers send
         self.loop = loop
         self.queue: asyncio.Queue = asyncio.Queue()
-        self.score_from = score_from
         self.score: float | None = None
         n = 1 if score_from is not None else request.sampling.n
         now = time.monotonic()
@@ -39,9 +38,6 @@ class RequestState:
     @property
     def finished(self) -> bool:
         return all(self._done)
-
-    def sequences(self) -> list[Sequence]:
-        return self.seqs
 
     def generator(self, seq: Sequence) -> torch.Generator | None:
         return self._generators[seq.sample_index]
