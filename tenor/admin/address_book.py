@@ -23,10 +23,14 @@ class AddressSet:
 
 
 class AddressBook:
-    def __init__(self) -> None:
+    """`settled` False holds back watchers: an admin that just took over has not heard from the
+    model servers yet, and telling clients "no replicas" would make them drop good addresses."""
+
+    def __init__(self, settled: bool = True) -> None:
         self._sets: dict[str, AddressSet] = {}
         self._changed = asyncio.Condition()
         self._closed = False
+        self._settled = settled
         self._wakers: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
 
     def get(self, model: str) -> AddressSet | None:
@@ -45,6 +49,11 @@ class AddressBook:
 
     def remove_model(self, model: str) -> None:
         if self._sets.pop(model, None) is not None:
+            self._notify()
+
+    def settle(self) -> None:
+        if not self._settled:
+            self._settled = True
             self._notify()
 
     def poke(self) -> None:
@@ -73,11 +82,12 @@ class AddressBook:
         return current
 
     async def wait_change(self, model: str, seen: int | None) -> AddressSet:
-        """Returns the model's set once its seqno differs from `seen` (at once if `seen` is None)."""
+        """Returns the model's set once settled and its seqno differs from `seen` (any seqno if
+        `seen` is None)."""
         async with self._changed:
             while True:
                 current = self._check(model)
-                if seen is None or current.seqno != seen:
+                if self._settled and (seen is None or current.seqno != seen):
                     return current
                 await self._changed.wait()
 

@@ -115,7 +115,7 @@ class Manager:
         self._models = {spec.name: _record_for(spec, self.cell) for spec in state.models}
         self.servers: dict[str, ModelServer] = {}
         self.lost = asyncio.Event()  # set when a write finds we no longer lead
-        self._book = AddressBook()
+        self._book = AddressBook(settled=False)
         self._mutate = asyncio.Lock()
         self._wake = asyncio.Event()
         self._started = time.monotonic()
@@ -289,6 +289,13 @@ class Manager:
             self._roll_updates()
         for name in self._models:
             self._book.set(name, self.addresses_of(name))
+        if self._has_heard_from_servers():
+            self._book.settle()
+
+    def _has_heard_from_servers(self) -> bool:
+        """Past the grace period, and every server that re-joined has reported its replicas."""
+        past_grace = time.monotonic() - self._started >= self.options.startup_grace_s
+        return past_grace and all(s.polled or not s.healthy for s in self.servers.values())
 
     def _note_reported_state(self) -> None:
         """Acts on what servers report that the admin did not cause: failures and stale versions from

@@ -41,7 +41,8 @@ def test_publish_generate_and_failover_on_etcd(etcd_server):  # noqa: F811
             assert (listed.model.config_name, listed.model.requested_replicas) == (CONFIG, 2)
             traffic.wait_ok(3)
 
-            victim = cell.server_at(cell.addresses(MODEL)[0])
+            # The new leader learns the serving replicas again as the servers re-join.
+            victim = cell.server_at(cell.wait_replicas(MODEL, 2)[0])
             victim.kill()
             cell.wait_replicas(MODEL, 1, without=victim.address)  # no spare server: one replica left
             traffic.wait_ok(5)
