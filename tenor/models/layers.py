@@ -265,6 +265,12 @@ def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: At
     num_kv = cache.num_kv_heads
     group = num_heads // num_kv
     k, v = cache.read_blocks(layer, batch.decode_blocks)  # [K * B, N * block_size, E]
+    if nd == 1 and batch.decode_mask is None:
+        # A single stream: torch's flash kernel, the group's query heads as query rows, is 2x
+        # faster than the three ops below (which win from a few sequences on).
+        k, v = k[None, :, : batch.decode_span], v[None, :, : batch.decode_span]
+        out = F.scaled_dot_product_attention(q.view(1, num_kv, group, dim), k, v)
+        return out.view(1, num_heads, dim)
     # Batch over (kv head, sequence); each kv head's `group` query heads are its query rows.
     qg = q.view(nd, num_kv, group, dim).transpose(0, 1).reshape(num_kv * nd, group, dim)
     scores = torch.bmm(qg, k.transpose(1, 2)).float().mul_(1.0 / math.sqrt(dim))  # [K * B, G, S]
@@ -304,7 +310,8 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: Pa
             total = span.num_cached + span.length
             mask = torch.ones(span.length, total, dtype=torch.bool).tril(diagonal=span.num_cached)
             causal = False
-        op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, is_causal=causal, scale=scale,
-                                            enable_gqa=True)
-        out[rows] = op.transpose(0, 1)
+        # 4-D inputs: with 3-D ones torch's CPU dispatch falls back to the 2-3x slower math kernel.
+        op = F.scaled_dot_product_attention(qp[None], kp[None], vp[None], attn_mask=mask, is_causal=causal,
+                                            scale=scale, enable_gqa=True)
+        out[rows] = op[0].transpose(0, 1)
     return out
