@@ -57,8 +57,11 @@ class ServableConfig:
             raise UserError(f"bad override for {self.name}: {exc}") from None
 
     def weight_bytes(self) -> int:
-        """Approximate memory the weights take when loaded."""
-        return self.model.num_parameters() * (2 if self.dtype == "bfloat16" else 4)
+        """Approximate memory the weights take when loaded. A tied LM head counts twice: the
+        linear keeps its own oneDNN-packed copy beside the embedding table."""
+        config = self.model
+        tied_head = config.vocab_size * config.hidden_size if config.tie_word_embeddings else 0
+        return (config.num_parameters() + tied_head) * (2 if self.dtype == "bfloat16" else 4)
 
 
 SMOLLM2_135M = ModelConfig(
