@@ -284,18 +284,15 @@ class Manager:
 
     def _reconcile(self) -> None:
         self._note_reported_state()
-        if time.monotonic() - self._started >= self.options.startup_grace_s:
+        past_grace = time.monotonic() - self._started >= self.options.startup_grace_s
+        if past_grace:
             self._run_plan()
             self._roll_updates()
         for name in self._models:
             self._book.set(name, self.addresses_of(name))
-        if self._has_heard_from_servers():
+        # Watchers wait until every server that re-joined has reported its replicas.
+        if past_grace and all(s.polled or not s.healthy for s in self.servers.values()):
             self._book.settle()
-
-    def _has_heard_from_servers(self) -> bool:
-        """Past the grace period, and every server that re-joined has reported its replicas."""
-        past_grace = time.monotonic() - self._started >= self.options.startup_grace_s
-        return past_grace and all(s.polled or not s.healthy for s in self.servers.values())
 
     def _note_reported_state(self) -> None:
         """Acts on what servers report that the admin did not cause: failures and stale versions from
