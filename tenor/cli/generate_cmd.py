@@ -4,10 +4,36 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import uuid
 
 from tenor.engine.api import GenerateRequest, SamplingParams
+from tenor.errors import UserError
+
+
+@contextlib.contextmanager
+def local_group(servable, size: int):
+    """With size > 1: ranks 1..size-1 started here, this process rank 0; yields rank 0's GroupSpec
+    (None for one process). The workers are stopped on the way out, whatever happened."""
+    if size == 1:
+        yield None
+        return
+    import torch
+
+    from tenor.dist.local import start_local_group
+    from tenor.dist.shard_plan import check_group_size
+
+    try:
+        check_group_size(servable.model, size)
+    except ValueError as exc:
+        raise UserError(f"{servable.name}: {exc}") from None
+    spec, workers, threads = start_local_group(size)
+    torch.set_num_threads(threads)
+    try:
+        yield spec
+    finally:
+        workers.stop()
 
 
 def register(subparsers) -> None:
@@ -23,6 +49,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--num-samples", "-n", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print one JSON object per sample")
+    p.add_argument("--tensor-parallel", "-tp", type=int, default=1, metavar="N",
+                   help="shard the model over N local processes (the cores are split between them)")
     p.set_defaults(func=run)
 
 
@@ -30,9 +58,11 @@ def run(args: argparse.Namespace) -> int:
     from tenor.registry import resolve_model
 
     servable, checkpoint = resolve_model(args.model, args.dtype)
+    if args.tensor_parallel < 1:
+        raise UserError(f"--tensor-parallel must be >= 1, got {args.tensor_parallel}")
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p, seed=args.seed, n=args.num_samples)
-    samples = asyncio.run(_generate(servable, checkpoint, args.prompt, args.chat, sampling))
+    samples = asyncio.run(_generate(servable, checkpoint, args.prompt, args.chat, sampling, args.tensor_parallel))
     samples.sort(key=lambda s: -s["score"])
     for i, sample in enumerate(samples):
         if args.json:
@@ -43,30 +73,37 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _generate(servable, checkpoint, prompt: str, chat: bool, sampling: SamplingParams) -> list[dict]:
+async def _generate(servable, checkpoint, prompt: str, chat: bool, sampling: SamplingParams,
+                    tensor_parallel: int = 1) -> list[dict]:
     from tenor.engine.factory import EngineOptions, create_engine
+
+    with local_group(servable, tensor_parallel) as group:
+        engine = create_engine(servable, checkpoint, EngineOptions(warmup=False, max_waiting=1, group=group))
+        await engine.start()
+        try:
+            return await _sample(engine, servable, prompt, chat, sampling)
+        finally:
+            await engine.stop()
+
+
+async def _sample(engine, servable, prompt: str, chat: bool, sampling: SamplingParams) -> list[dict]:
     from tenor.tokenizer import format_token_ids, parse_token_ids
 
-    engine = create_engine(servable, checkpoint, EngineOptions(warmup=False, max_waiting=1))
-    await engine.start()
-    try:
-        if servable.tokenized:
-            ids = parse_token_ids(prompt)
-        elif chat:
-            text = engine.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
-            ids = engine.tokenizer.encode(text, add_special_tokens=False)
-        else:
-            ids = engine.tokenizer.encode(prompt)
-        texts = [""] * sampling.n
-        tokens: list[list[int]] = [[] for _ in range(sampling.n)]
-        scores = [0.0] * sampling.n
-        async for output in engine.generate(GenerateRequest(f"gen-{uuid.uuid4().hex}", tuple(ids), sampling)):
-            for delta in output.deltas:
-                texts[delta.index] += delta.text
-                tokens[delta.index].extend(delta.token_ids)
-                scores[delta.index] = delta.cumulative_logprob
-    finally:
-        await engine.stop()
+    if servable.tokenized:
+        ids = parse_token_ids(prompt)
+    elif chat:
+        text = engine.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+        ids = engine.tokenizer.encode(text, add_special_tokens=False)
+    else:
+        ids = engine.tokenizer.encode(prompt)
+    texts = [""] * sampling.n
+    tokens: list[list[int]] = [[] for _ in range(sampling.n)]
+    scores = [0.0] * sampling.n
+    async for output in engine.generate(GenerateRequest(f"gen-{uuid.uuid4().hex}", tuple(ids), sampling)):
+        for delta in output.deltas:
+            texts[delta.index] += delta.text
+            tokens[delta.index].extend(delta.token_ids)
+            scores[delta.index] = delta.cumulative_logprob
     if servable.tokenized:
         texts = [format_token_ids(t) for t in tokens]
     return [{"text": t, "token_ids": ids, "score": s} for t, ids, s in zip(texts, tokens, scores)]

@@ -60,6 +60,7 @@ class LLMEngine:
         self._last_progress = time.monotonic()
         self._prompt_tokens = 0
         self._generated_tokens = 0
+        self._group = None  # tenor.dist.leader.GroupLeader when leading a model-server group
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -85,7 +86,8 @@ class LLMEngine:
         self.tokenizer = loaded.tokenizer
         self._vocab_size = cfg.vocab_size
         self._eos = tuple(sorted(set(cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids)))
-        per_slot = PagedKVCache.bytes_per_slot(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, loaded.dtype,
+        kv_heads = loaded.cache_kv_heads or cfg.num_kv_heads  # a group rank caches only its heads
+        per_slot = PagedKVCache.bytes_per_slot(cfg.num_layers, kv_heads, cfg.head_dim, loaded.dtype,
                                                self._options.quantize_kv_cache)
         budget = self._options.kv_cache_bytes or default_kv_bytes(self.servable, per_slot)
         num_blocks = max(budget // (per_slot * BLOCK_SIZE), 1)
@@ -95,8 +97,11 @@ class LLMEngine:
                 f"max_target_length ({self.servable.max_target_length})"
             )
         self.kv_cache_bytes = num_blocks * BLOCK_SIZE * per_slot
-        cache = PagedKVCache(cfg.num_layers, num_blocks, BLOCK_SIZE, cfg.num_kv_heads, cfg.head_dim,
+        cache = PagedKVCache(cfg.num_layers, num_blocks, BLOCK_SIZE, kv_heads, cfg.head_dim,
                              loaded.dtype, quantized=self._options.quantize_kv_cache)
+        self._group = loaded.group
+        if self._group is not None:
+            self._group.allocate_cache(num_blocks, BLOCK_SIZE, self._options.quantize_kv_cache)
         self._blocks = BlockManager(num_blocks, BLOCK_SIZE)
         batched = max(self._options.max_num_batched_tokens, self.servable.max_batch_size)
         self._scheduler = Scheduler(SchedulerConfig(self.servable.max_batch_size, batched), self._blocks)
@@ -126,6 +131,8 @@ class LLMEngine:
             await asyncio.to_thread(self._thread.join, 5.0)
 
     def health(self) -> HealthState:
+        if self._group is not None and self._group.broken:
+            return HealthState.DEGRADED
         if self._state is HealthState.READY:
             if self._thread is None or not self._thread.is_alive():
                 return HealthState.STUCK
@@ -161,6 +168,8 @@ class LLMEngine:
         return self._stream(state)
 
     def _admit_check(self, num_prompt_tokens: int, sampling: SamplingParams) -> None:
+        if self.health() is HealthState.DEGRADED:
+            raise EngineUnavailableError("engine is degraded: a rank of its model-server group is missing")
         if self._state is not HealthState.READY:
             raise EngineUnavailableError(f"engine is {self._state.value}")
         self.limits.check(num_prompt_tokens, sampling)
@@ -232,12 +241,18 @@ class LLMEngine:
     # ---- the step thread -------------------------------------------------------------
     def _run(self, loop: asyncio.AbstractEventLoop, loaded: asyncio.Future) -> None:
         try:
-            self._setup(load_model(self.servable, self._checkpoint))
+            self._setup(load_model(self.servable, self._checkpoint, self._options.group))
         except BaseException as exc:  # reported to start()'s caller
+            if self._group is not None:
+                self._group.stop()
             loop.call_soon_threadsafe(_settle, loaded, exc)
             return
         loop.call_soon_threadsafe(_settle, loaded, None)
-        self._loop()
+        try:
+            self._loop()
+        finally:
+            if self._group is not None:  # tell the workers to exit (on this thread: collectives' order)
+                self._group.stop()
 
     def _loop(self) -> None:
         torch.set_grad_enabled(False)
@@ -245,13 +260,18 @@ class LLMEngine:
             self._drain_inbox()
             if not self._scheduler.has_work():
                 self._last_progress = time.monotonic()
+                if self._group is not None:
+                    self._group.heartbeat()
                 self._wake.wait(0.5)
                 self._wake.clear()
                 continue
             try:
                 self._step()
             except Exception as exc:  # a bug or OOM: fail the step's requests, keep serving
-                log.exception("engine step failed")
+                if self._group is not None:  # a collective failed: a rank died or hung
+                    self._group.mark_broken(exc)
+                else:
+                    log.exception("engine step failed")
                 self._fail_all(exc)
             self._last_progress = time.monotonic()
 

@@ -22,6 +22,8 @@ class LoadedModel:
     config: ModelConfig
     tokenizer: Tokenizer
     dtype: torch.dtype
+    group: object = None  # tenor.dist.leader.GroupLeader when the model is sharded over a group
+    cache_kv_heads: int | None = None  # KV heads this process caches (its shard's); None: all
 
 
 def resolve_checkpoint(servable: ServableConfig, checkpoint: str | None) -> str | None:
@@ -39,9 +41,11 @@ def resolve_checkpoint(servable: ServableConfig, checkpoint: str | None) -> str 
     return checkpoint
 
 
-def load_model(servable: ServableConfig, checkpoint: str | None) -> LoadedModel:
+def load_model(servable: ServableConfig, checkpoint: str | None, group=None) -> LoadedModel:
     dtype = parse_dtype(servable.dtype)
     path = resolve_checkpoint(servable, checkpoint)
+    if group is not None:  # a GroupSpec: this process leads a group, each rank loads its slices
+        return _load_group_leader(servable, path, group)
     if path is None:
         config = servable.model
         weights = random_weights(config, servable.seed)
@@ -56,6 +60,20 @@ def load_model(servable: ServableConfig, checkpoint: str | None) -> LoadedModel:
             config = dataclasses.replace(config, max_position_embeddings=servable.max_target_length)
     model = build_model(config, weights, dtype)
     return LoadedModel(model, config, _load_tokenizer(servable, tokenizer_path), dtype)
+
+
+def _load_group_leader(servable: ServableConfig, path: str | None, spec) -> LoadedModel:
+    from tenor.dist.leader import GroupLeader
+
+    leader = GroupLeader(spec)
+    try:
+        ranked = leader.load(servable, path)
+    except BaseException:
+        leader.stop()
+        raise
+    tokenizer_path = Path(ranked.tokenizer_path) if ranked.tokenizer_path is not None else None
+    return LoadedModel(ranked.model, ranked.config, _load_tokenizer(servable, tokenizer_path), ranked.dtype,
+                       group=leader, cache_kv_heads=leader.local_kv_heads)
 
 
 def _load_tokenizer(servable: ServableConfig, path: Path | None) -> Tokenizer:
