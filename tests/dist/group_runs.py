@@ -1,0 +1,49 @@
+"""Runs a servable through the real engine, in one process or as a local group of N processes
+(this process rank 0, workers started as children), and returns each request's greedy tokens."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tenor.dist.local import start_local_group
+from tenor.engine.api import GenerateRequest, SamplingParams
+from tenor.engine.factory import EngineOptions
+from tenor.engine.llm_engine import LLMEngine
+from tenor.registry import ServableConfig
+
+KV_BYTES = 64 << 20
+
+
+async def _collect(engine: LLMEngine, key: str, ids: list[int], max_tokens: int) -> list[int]:
+    tokens: list[int] = []
+    request = GenerateRequest(key, tuple(ids), SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    async for output in engine.generate(request):  # streamed: deltas arrive as tokens are made
+        for delta in output.deltas:
+            tokens.extend(delta.token_ids)
+    return tokens
+
+
+async def _run(servable: ServableConfig, checkpoint: str | None, prompts: list[list[int]], max_tokens: int,
+               group, batched: bool) -> list[list[int]]:
+    engine = LLMEngine(servable, checkpoint, EngineOptions(kv_cache_bytes=KV_BYTES, warmup=False, group=group))
+    await engine.start()
+    try:
+        if batched:
+            return list(await asyncio.gather(*(_collect(engine, f"r{i}", p, max_tokens)
+                                               for i, p in enumerate(prompts))))
+        return [await _collect(engine, f"r{i}", p, max_tokens) for i, p in enumerate(prompts)]
+    finally:
+        await engine.stop()
+
+
+def greedy_tokens(servable: ServableConfig, prompts: list[list[int]], max_tokens: int, group_size: int = 1,
+                  checkpoint: str | None = None, batched: bool = True) -> tuple[list[list[int]], list[int]]:
+    """Each prompt's greedy tokens, and the workers' exit codes (empty for one process)."""
+    if group_size == 1:
+        return asyncio.run(_run(servable, checkpoint, prompts, max_tokens, None, batched)), []
+    spec, workers, _ = start_local_group(group_size)
+    try:
+        tokens = asyncio.run(_run(servable, checkpoint, prompts, max_tokens, spec, batched))
+    finally:
+        workers.stop()
+    return tokens, [p.returncode for p in workers.processes]
