@@ -4,36 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import uuid
 
 from tenor.engine.api import GenerateRequest, SamplingParams
 from tenor.errors import UserError
-
-
-@contextlib.contextmanager
-def local_group(servable, size: int):
-    """With size > 1: ranks 1..size-1 started here, this process rank 0; yields rank 0's GroupSpec
-    (None for one process). The workers are stopped on the way out, whatever happened."""
-    if size == 1:
-        yield None
-        return
-    import torch
-
-    from tenor.dist.local import start_local_group
-    from tenor.dist.shard_plan import check_group_size
-
-    try:
-        check_group_size(servable.model, size)
-    except ValueError as exc:
-        raise UserError(f"{servable.name}: {exc}") from None
-    spec, workers, threads = start_local_group(size)
-    torch.set_num_threads(threads)
-    try:
-        yield spec
-    finally:
-        workers.stop()
 
 
 def register(subparsers) -> None:
@@ -75,10 +50,11 @@ def run(args: argparse.Namespace) -> int:
 
 async def _generate(servable, checkpoint, prompt: str, chat: bool, sampling: SamplingParams,
                     tensor_parallel: int = 1) -> list[dict]:
+    from tenor.dist.local import local_group
     from tenor.engine.factory import EngineOptions, create_engine
 
-    with local_group(servable, tensor_parallel) as group:
-        engine = create_engine(servable, checkpoint, EngineOptions(warmup=False, max_waiting=1, group=group))
+    with local_group(servable, tensor_parallel) as local:
+        engine = create_engine(servable, checkpoint, EngineOptions(warmup=False, max_waiting=1, group=local.leader))
         await engine.start()
         try:
             return await _sample(engine, servable, prompt, chat, sampling)

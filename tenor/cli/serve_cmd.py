@@ -13,6 +13,7 @@ engine reads the model's shape from the checkpoint itself).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 
@@ -49,6 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--quantize-kv-cache", action="store_true", help="keep the KV cache in int8")
     parser.add_argument("--drain-timeout", type=float, default=10.0,
                         help="seconds in-flight requests may take to finish after SIGTERM (default: 10)")
+    parser.add_argument("--tensor-parallel", "-tp", type=int, default=1, metavar="N",
+                        help="shard the model over N local processes, the cores split between them (default: 1)")
     parser.set_defaults(func=run)
 
 
@@ -57,13 +60,19 @@ def run(args: argparse.Namespace) -> int:
     if args.dtype is not None:
         servable = servable.with_overrides(dtype=args.dtype)
     options = engine_options(args.max_waiting, args.kv_cache_gb, args.quantize_kv_cache)
-    return run_server(
-        lambda: create_engine(servable, checkpoint, options),
-        host=args.host,
-        port=args.port,
-        api_key=args.api_key,
-        drain_timeout_s=args.drain_timeout,
-    )
+    if args.tensor_parallel < 1:
+        raise UserError(f"--tensor-parallel must be >= 1, got {args.tensor_parallel}")
+    from tenor.dist.local import local_group
+
+    with local_group(servable, args.tensor_parallel) as local:
+        options = dataclasses.replace(options, group=local.leader)
+        return run_server(
+            lambda: create_engine(servable, checkpoint, options),
+            host=args.host,
+            port=args.port,
+            api_key=args.api_key,
+            drain_timeout_s=args.drain_timeout,
+        )
 
 
 def resolve_model(model: str) -> tuple[ServableConfig, str | None]:

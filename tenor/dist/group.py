@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from tenor.dist.spec import GroupSpec
+from tenor.errors import UserError
 
 
 def default_device() -> str:
@@ -75,7 +76,7 @@ class Group:
                 pass
 
 
-class GroupError(RuntimeError):
+class GroupError(UserError):
     """The group could not form, or a peer died or hung."""
 
 

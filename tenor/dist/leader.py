@@ -1,15 +1,17 @@
 """Rank 0 of a model-server group: it runs the engine (scheduler, block manager, sampling)
 and drives the workers. Each step it broadcasts the step plan and runs its own shard of the
 same forward; it alone receives the gathered logits.
-
-All calls happen on the engine's step thread, so every rank sees collectives in one order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import threading
+import time
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -64,66 +66,116 @@ class LeaderModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
                 batch: AttentionBatch, logits_rows: torch.Tensor) -> torch.Tensor:
-        if self.leader.broken or self.leader.group is None:
-            raise GroupError("the model-server group is broken: a rank is missing")
-        messages.send(self.leader.group, Kind.STEP, messages.encode_step(StepInputs(input_ids, positions, batch, logits_rows)))
-        return self.sharded(input_ids, positions, cache, batch, logits_rows)
+        plan = messages.encode_step(StepInputs(input_ids, positions, batch, logits_rows))
+        with self.leader.collectives():
+            messages.send(self.leader.group, Kind.STEP, plan)
+            return self.sharded(input_ids, positions, cache, batch, logits_rows)
 
 
 class GroupLeader:
-    """The leader's side of the group: forms it, loads everyone, sends heartbeats and STOP.
+    """The leader's side of a formed group: loads models on every rank, keeps the workers
+    alive with heartbeats while idle, and stops them.
 
-    `broken` turns True once a collective failed: a worker died or hung. The group is then
-    unusable (torch.distributed cannot re-form it in place); the engine reports `degraded`
-    and the process's owner decides (the model server leaves the cell and exits)."""
+    One lock orders everything sent: a step (plan broadcast + forward collectives) or a load
+    runs whole, and the heartbeat thread speaks only between them. `broken` turns True once a
+    collective failed (a worker died or hung): torch.distributed cannot re-form a group in
+    place, so engines report `degraded` and the owner decides (a model server leaves the cell
+    and exits; the admin re-places the replica)."""
+
+    HEARTBEAT_S = 1.0
 
     def __init__(self, spec: GroupSpec) -> None:
         if not spec.is_leader:
             raise ValueError("GroupLeader runs on rank 0")
         self.spec = spec
-        self.group: Group | None = None
+        self.group: Group | None = Group(spec)  # waits for every rank (join timeout)
         self.broken = False
         self.local_kv_heads = 0
+        self._lock = threading.Lock()
+        self._last_sent = time.monotonic()
+        self._closing = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeats, daemon=True, name="tenor-group-heartbeat")
+        self._beat.start()
+
+    @contextlib.contextmanager
+    def collectives(self) -> Iterator[None]:
+        """Exclusive use of the group; a failure inside marks it broken and raises GroupError."""
+        with self._lock:
+            if self.broken or self.group is None:
+                raise GroupError("the model-server group is broken: a rank is missing")
+            try:
+                yield
+            except GroupError as exc:
+                self.mark_broken(exc)
+                raise
+            except Exception as exc:  # torch's errors for a dead or hung peer (RuntimeError, DistError...)
+                self.mark_broken(exc)
+                raise GroupError(f"model-server group failed: {_first_line(exc)}") from None
+            finally:
+                self._last_sent = time.monotonic()
 
     def load(self, servable: ServableConfig, checkpoint: str | None) -> RankModel:
         check_group_size(servable.model, self.spec.size)  # before anyone loads (random weights' shapes)
-        if self.group is None:
-            self.group = Group(self.spec)
-        messages.send(self.group, Kind.LOAD, messages.encode_json(
-            {"servable": servable_to_json(servable), "checkpoint": checkpoint}))
-        ranked = load_rank_model(self.group, servable, checkpoint)
-        self.group.wait_all("loading the model")
+        with self.collectives():
+            messages.send(self.group, Kind.LOAD, messages.encode_json(
+                {"servable": servable_to_json(servable), "checkpoint": checkpoint}))
+            ranked = load_rank_model(self.group, servable, checkpoint)
+            self.group.wait_all("loading the model")
         self.local_kv_heads = ranked.model.local.config.num_kv_heads
         ranked.model = LeaderModel(ranked.model, self)  # type: ignore[assignment]
         return ranked
 
     def allocate_cache(self, num_blocks: int, block_size: int, quantized: bool) -> None:
         """Every rank allocates the same number of blocks (of its own heads), so block tables agree."""
-        messages.send(self.group, Kind.CACHE, torch.tensor([num_blocks, block_size, int(quantized)]))
+        with self.collectives():
+            messages.send(self.group, Kind.CACHE, torch.tensor([num_blocks, block_size, int(quantized)]))
 
-    def heartbeat(self) -> None:
+    def unload(self) -> None:
+        """The engine stopped: workers drop their shard and cache, and wait for the next model."""
         if self.broken or self.group is None:
             return
         try:
-            messages.send(self.group, Kind.HEARTBEAT)
-        except Exception as exc:
-            self.mark_broken(exc)
+            with self.collectives():
+                messages.send(self.group, Kind.UNLOAD)
+        except GroupError:
+            pass  # marked broken; the owner sees it
+
+    def _heartbeats(self) -> None:
+        while not self._closing.wait(self.HEARTBEAT_S / 4):
+            if self.broken or time.monotonic() - self._last_sent < self.HEARTBEAT_S:
+                continue
+            if self._lock.acquire(blocking=False):  # a step or load in progress speaks for us
+                self._lock.release()
+                try:
+                    with self.collectives():
+                        messages.send(self.group, Kind.HEARTBEAT)
+                except GroupError:
+                    pass
 
     def mark_broken(self, exc: BaseException) -> None:
         if not self.broken:
-            log.error("model-server group broken: %s", str(exc).splitlines()[0] if str(exc) else exc)
+            log.error("model-server group broken: %s", _first_line(exc))
         self.broken = True
 
     def stop(self) -> None:
+        """Tells the workers to exit and leaves the group."""
+        self._closing.set()
+        self._beat.join(5.0)
         if self.group is None:
             return
         if not self.broken:
             try:
-                messages.send(self.group, Kind.STOP)
-            except Exception:  # a worker already gone: nothing more to tell it
-                pass
+                with self.collectives():
+                    messages.send(self.group, Kind.STOP)
+            except GroupError:
+                pass  # a worker already gone: nothing more to tell it
         self.group.close()
         self.group = None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 __all__ = ["GroupLeader", "GroupError", "LeaderModel", "load_rank_model", "servable_from_json"]

@@ -7,6 +7,7 @@ and `LocalWorkers.stop` ends them (terminate, then kill) when the leader shuts d
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from tenor.dist.spec import GroupSpec
+from tenor.errors import UserError
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -63,3 +65,38 @@ def start_local_group(size: int, timeout_s: float = 10.0, device: str = "cpu",
                "--threads", str(threads), "--device", device, "--exit-with-parent"]
         procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
     return spec, LocalWorkers(procs), threads
+
+
+@dataclass
+class LocalGroup:
+    leader: object  # tenor.dist.leader.GroupLeader, or None for one process
+    workers: LocalWorkers
+
+
+@contextlib.contextmanager
+def local_group(servable, size: int):
+    """With size > 1: ranks 1..size-1 started here, this process rank 0, its GroupLeader formed
+    (leader None for one process). The workers are stopped on the way out, whatever happened."""
+    if size == 1:
+        yield LocalGroup(None, LocalWorkers([]))
+        return
+    import torch
+
+    from tenor.dist.shard_plan import check_group_size
+
+    try:
+        check_group_size(servable.model, size)
+    except ValueError as exc:
+        raise UserError(f"{servable.name}: {exc}") from None
+    from tenor.dist.leader import GroupLeader
+
+    spec, workers, threads = start_local_group(size)
+    torch.set_num_threads(threads)
+    leader = None
+    try:
+        leader = GroupLeader(spec)
+        yield LocalGroup(leader, workers)
+    finally:
+        if leader is not None:
+            leader.stop()
+        workers.stop()

@@ -23,6 +23,7 @@ class Kind(enum.IntEnum):
     STEP = 2
     STOP = 3
     CACHE = 4  # allocate the paged KV cache: [num_blocks, block_size, quantized]
+    UNLOAD = 5  # drop the model and its cache; wait for the next LOAD
 
 
 @dataclass

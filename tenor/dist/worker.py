@@ -48,6 +48,8 @@ class WorkerLoop:
                     self._allocate(*payload.tolist())
                 elif kind is Kind.STEP:
                     self._step(payload)
+                elif kind is Kind.UNLOAD:
+                    self.ranked, self.cache = None, None
 
     def _load(self, document: dict) -> None:
         self.ranked, self.cache = None, None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tenor.dist.spec import GroupSpec
 from tenor.engine.api import Engine
 from tenor.registry import ServableConfig
 
@@ -21,7 +20,7 @@ class EngineOptions:
     quantize_kv_cache: bool = False  # int8 KV cache
     warmup: bool = True
     max_num_batched_tokens: int = 1024  # tokens per step: decodes plus prompt chunks
-    group: GroupSpec | None = None  # leader of a model-server group: the model is sharded over its ranks
+    group: object = None  # a formed tenor.dist.leader.GroupLeader: the model is sharded over its ranks
 
 
 def create_engine(servable: ServableConfig, checkpoint: str | None, options: EngineOptions = EngineOptions()) -> Engine:

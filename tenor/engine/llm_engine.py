@@ -243,16 +243,14 @@ class LLMEngine:
         try:
             self._setup(load_model(self.servable, self._checkpoint, self._options.group))
         except BaseException as exc:  # reported to start()'s caller
-            if self._group is not None:
-                self._group.stop()
             loop.call_soon_threadsafe(_settle, loaded, exc)
             return
         loop.call_soon_threadsafe(_settle, loaded, None)
         try:
             self._loop()
         finally:
-            if self._group is not None:  # tell the workers to exit (on this thread: collectives' order)
-                self._group.stop()
+            if self._group is not None:  # the workers drop their shard; the group's owner stops them
+                self._group.unload()
 
     def _loop(self) -> None:
         torch.set_grad_enabled(False)
@@ -260,17 +258,13 @@ class LLMEngine:
             self._drain_inbox()
             if not self._scheduler.has_work():
                 self._last_progress = time.monotonic()
-                if self._group is not None:
-                    self._group.heartbeat()
                 self._wake.wait(0.5)
                 self._wake.clear()
                 continue
             try:
                 self._step()
             except Exception as exc:  # a bug or OOM: fail the step's requests, keep serving
-                if self._group is not None:  # a collective failed: a rank died or hung
-                    self._group.mark_broken(exc)
-                else:
+                if self._group is None or not self._group.broken:  # a broken group logged itself
                     log.exception("engine step failed")
                 self._fail_all(exc)
             self._last_progress = time.monotonic()

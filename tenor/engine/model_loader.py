@@ -44,7 +44,7 @@ def resolve_checkpoint(servable: ServableConfig, checkpoint: str | None) -> str 
 def load_model(servable: ServableConfig, checkpoint: str | None, group=None) -> LoadedModel:
     dtype = parse_dtype(servable.dtype)
     path = resolve_checkpoint(servable, checkpoint)
-    if group is not None:  # a GroupSpec: this process leads a group, each rank loads its slices
+    if group is not None:  # this process leads a model-server group: each rank loads its slices
         return _load_group_leader(servable, path, group)
     if path is None:
         config = servable.model
@@ -62,15 +62,8 @@ def load_model(servable: ServableConfig, checkpoint: str | None, group=None) -> 
     return LoadedModel(model, config, _load_tokenizer(servable, tokenizer_path), dtype)
 
 
-def _load_group_leader(servable: ServableConfig, path: str | None, spec) -> LoadedModel:
-    from tenor.dist.leader import GroupLeader
-
-    leader = GroupLeader(spec)
-    try:
-        ranked = leader.load(servable, path)
-    except BaseException:
-        leader.stop()
-        raise
+def _load_group_leader(servable: ServableConfig, path: str | None, leader) -> LoadedModel:
+    ranked = leader.load(servable, path)
     tokenizer_path = Path(ranked.tokenizer_path) if ranked.tokenizer_path is not None else None
     return LoadedModel(ranked.model, ranked.config, _load_tokenizer(servable, tokenizer_path), ranked.dtype,
                        group=leader, cache_kv_heads=leader.local_kv_heads)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tenor.dist.local import start_local_group
+from tenor.dist.local import local_group
 from tenor.engine.api import GenerateRequest, SamplingParams
 from tenor.engine.factory import EngineOptions
 from tenor.engine.llm_engine import LLMEngine
@@ -39,11 +39,7 @@ async def _run(servable: ServableConfig, checkpoint: str | None, prompts: list[l
 def greedy_tokens(servable: ServableConfig, prompts: list[list[int]], max_tokens: int, group_size: int = 1,
                   checkpoint: str | None = None, batched: bool = True) -> tuple[list[list[int]], list[int]]:
     """Each prompt's greedy tokens, and the workers' exit codes (empty for one process)."""
-    if group_size == 1:
-        return asyncio.run(_run(servable, checkpoint, prompts, max_tokens, None, batched)), []
-    spec, workers, _ = start_local_group(group_size)
-    try:
-        tokens = asyncio.run(_run(servable, checkpoint, prompts, max_tokens, spec, batched))
-    finally:
-        workers.stop()
+    with local_group(servable, group_size) as local:
+        tokens = asyncio.run(_run(servable, checkpoint, prompts, max_tokens, local.leader, batched))
+    workers = local.workers
     return tokens, [p.returncode for p in workers.processes]
