@@ -51,6 +51,7 @@ class Placement:
 
     memory_bytes: int
     constraints: frozenset[str]
+    group_sizes: tuple[int, ...] = (1,)  # model-server group sizes it may be placed on
 
 
 def placement_of(spec: ModelSpec) -> Placement:
@@ -59,7 +60,7 @@ def placement_of(spec: ModelSpec) -> Placement:
     ram = overrides.get("ram")
     memory = _parse_ram(ram) if ram is not None else servable.weight_bytes() + kv_cache_bytes(servable)
     tags = frozenset(t.strip() for t in overrides.get("constraints", "").split(",") if t.strip())
-    return Placement(memory, tags)
+    return Placement(memory, tags, servable.group_sizes)
 
 
 def _parse_ram(text: str) -> int:
