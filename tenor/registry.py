@@ -129,7 +129,7 @@ register(ServableConfig("llama.Llama31_405B_BF16", LLAMA31_405B, max_batch_size=
                         max_prefill_predict_length=1024, max_target_length=8192, group_sizes=(8,)))
 register(ServableConfig("test.TinyLlamaRandom", TINY_LLAMA, dtype="float32", max_batch_size=8,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
-                        random_weights=True))
+                        random_weights=True, group_sizes=(1, 2)))
 register(ServableConfig("test.TinyGPTJRandom", TINY_GPTJ, dtype="float32", max_batch_size=8,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
                         random_weights=True))
