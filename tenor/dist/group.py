@@ -31,13 +31,25 @@ class Group:
         self.collective_s = 0.0  # time spent in all-reduce and gather (benchmarks read it)
         if spec.device == "cuda":
             torch.cuda.set_device(spec.rank % torch.cuda.device_count())
+        join_timeout = datetime.timedelta(seconds=spec.join_timeout_s)
+        try:
+            # Our own store first: each rank claims its index, so two processes given the same
+            # rank are told so at once instead of corrupting the rendezvous.
+            store = dist.TCPStore(spec.leader_host, spec.leader_port, is_master=spec.is_leader,
+                                  timeout=join_timeout, wait_for_workers=False)
+        except Exception as exc:
+            raise GroupError(_join_error(spec, exc)) from None
+        if store.add(f"tenor/rank/{spec.rank}", 1) != 1:
+            raise GroupError(f"rank {spec.rank} is already taken in the group at {spec.leader_host}:{spec.leader_port} "
+                             "(two processes were given the same rank)")
+        self._store = store
         try:
             dist.init_process_group(
                 backend=spec.backend,
-                init_method=f"tcp://{_url_host(spec.leader_host)}:{spec.leader_port}",
+                store=dist.PrefixStore("tenor/pg", store),
                 rank=spec.rank,
                 world_size=spec.size,
-                timeout=datetime.timedelta(seconds=spec.join_timeout_s),
+                timeout=join_timeout,
             )
             # Steps run on a second group with the short timeout; the default one keeps the long
             # timeout for barriers around loading.
@@ -78,10 +90,6 @@ class Group:
 
 class GroupError(UserError):
     """The group could not form, or a peer died or hung."""
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 def _first_line(exc: BaseException) -> str:
