@@ -43,3 +43,36 @@ def greedy_tokens(servable: ServableConfig, prompts: list[list[int]], max_tokens
         tokens = asyncio.run(_run(servable, checkpoint, prompts, max_tokens, local.leader, batched))
     workers = local.workers
     return tokens, [p.returncode for p in workers.processes]
+
+
+def leader_main(argv: list[str] | None = None) -> int:
+    """Rank 0 on its own (another host or network namespace): prints the greedy tokens as JSON.
+
+    python -m tests.dist.group_runs --leader HOST:PORT --size N --model test.TinyLlamaRandom"""
+    import argparse
+    import json
+
+    from tenor import registry
+    from tenor.dist.leader import GroupLeader
+    from tenor.dist.spec import GroupSpec, parse_leader
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--leader", required=True)
+    parser.add_argument("--size", type=int, default=2)
+    parser.add_argument("--model", default="test.TinyLlamaRandom")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    args = parser.parse_args(argv)
+    host, port = parse_leader(args.leader)
+    leader = GroupLeader(GroupSpec(args.size, 0, host, port, join_timeout_s=60))
+    try:
+        tokens = asyncio.run(_run(registry.get(args.model), None, TWO_HOST_PROMPTS, args.max_tokens, leader, True))
+    finally:
+        leader.stop()
+    print(json.dumps(tokens))
+    return 0
+
+
+TWO_HOST_PROMPTS = [[1, 72, 101, 108, 108, 111], [5, 6, 7, 8, 9, 10, 11], list(range(30, 60))]
+
+if __name__ == "__main__":
+    raise SystemExit(leader_main())
