@@ -29,6 +29,7 @@ class Group:
         self.rank, self.size = spec.rank, spec.size
         self.device = torch.device(spec.device)
         self.collective_s = 0.0  # time spent in all-reduce and gather (benchmarks read it)
+        self.collective_calls = 0
         if spec.device == "cuda":
             torch.cuda.set_device(spec.rank % torch.cuda.device_count())
         join_timeout = datetime.timedelta(seconds=spec.join_timeout_s)
@@ -57,18 +58,29 @@ class Group:
         except Exception as exc:  # torch raises several kinds (DistStoreError, RuntimeError, ValueError)
             raise GroupError(_join_error(spec, exc)) from None
 
+    def _on_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        # NCCL moves only device tensors; gloo takes CPU ones as they are.
+        return tensor if tensor.device == self.device else tensor.to(self.device)
+
     def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
-        dist.broadcast(tensor, src=0, group=self.pg)
+        moved = self._on_device(tensor)
+        dist.broadcast(moved, src=0, group=self.pg)
+        if moved is not tensor:
+            tensor.copy_(moved)
         return tensor
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        dist.all_reduce(tensor, group=self.pg)
+        moved = self._on_device(tensor)
+        dist.all_reduce(moved, group=self.pg)
+        if moved is not tensor:
+            tensor.copy_(moved)
         return tensor
 
     def gather_to_leader(self, tensor: torch.Tensor) -> list[torch.Tensor] | None:
-        parts = [torch.empty_like(tensor) for _ in range(self.size)] if self.rank == 0 else None
-        dist.gather(tensor.contiguous(), parts, dst=0, group=self.pg)
-        return parts
+        moved = self._on_device(tensor.contiguous())
+        parts = [torch.empty_like(moved) for _ in range(self.size)] if self.rank == 0 else None
+        dist.gather(moved, parts, dst=0, group=self.pg)
+        return None if parts is None else [p.to(tensor.device) for p in parts]
 
     def wait_all(self, what: str) -> None:
         """Every rank reached this point (e.g. finished loading), within the join timeout."""

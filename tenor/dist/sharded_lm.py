@@ -37,6 +37,7 @@ class ShardedLM(nn.Module):
         started = time.perf_counter()
         out = self.group.all_reduce(x)
         self.group.collective_s += time.perf_counter() - started
+        self.group.collective_calls += 1
         return out
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
@@ -54,6 +55,7 @@ class ShardedLM(nn.Module):
         started = time.perf_counter()
         parts = self.group.gather_to_leader(local_logits)
         self.group.collective_s += time.perf_counter() - started
+        self.group.collective_calls += 1
         if parts is None:
             return None
         return torch.cat(parts, dim=-1)[:, : self.vocab_size]
