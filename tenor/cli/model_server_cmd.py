@@ -78,9 +78,8 @@ def _serve(args: argparse.Namespace) -> int:
     from tenor import registry
     from tenor.admin.naming import parse_cell_name
     from tenor.client.admin_client import resolve_root
-    from tenor.server.model_server import ModelServerConfig, serve
-
     from tenor.dist.spec import spec_from_env
+    from tenor.server.model_server import ModelServerConfig, serve
 
     try:
         group = spec_from_env(args.group_size, args.group_rank, args.group_leader,

@@ -10,19 +10,19 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 from torch import nn
 
 from tenor.dist import messages
 from tenor.dist.group import Group, GroupError
-from tenor.dist.spec import GroupSpec
 from tenor.dist.messages import Kind, StepInputs
 from tenor.dist.shard_loading import load_shard, open_source
 from tenor.dist.shard_plan import check_group_size, plan_shard
 from tenor.dist.sharded_lm import ShardedLM
+from tenor.dist.spec import GroupSpec
 from tenor.models.config import ModelConfig
 from tenor.models.layers import AttentionBatch, PagedKVCache
 from tenor.models.model import parse_dtype
@@ -59,7 +59,7 @@ def load_rank_model(group: Group, servable: ServableConfig, checkpoint: str | No
 class LeaderModel(nn.Module):
     """The leader's model: broadcasts each step's inputs, then runs its shard of the forward."""
 
-    def __init__(self, sharded: ShardedLM, leader: "GroupLeader") -> None:
+    def __init__(self, sharded: ShardedLM, leader: GroupLeader) -> None:
         super().__init__()
         self.sharded = sharded
         self.leader = leader
@@ -178,4 +178,4 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
-__all__ = ["GroupLeader", "GroupError", "LeaderModel", "load_rank_model", "servable_from_json"]
+__all__ = ["GroupError", "GroupLeader", "LeaderModel", "load_rank_model", "servable_from_json"]

@@ -10,9 +10,9 @@ a large HF model to a tenor checkpoint first with `tenor convert`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
@@ -76,7 +76,13 @@ def open_source(path: str | None, config: ModelConfig | None, seed: int) -> Shar
 def _safetensors_source(path: Path) -> ShardSource:
     from safetensors import safe_open
 
-    from tenor.checkpoints.format import COMMIT_FILE, CONFIG_FILE, has_tokenizer_files, read_config, weight_files
+    from tenor.checkpoints.format import (
+        COMMIT_FILE,
+        CONFIG_FILE,
+        has_tokenizer_files,
+        read_config,
+        weight_files,
+    )
     from tenor.checkpoints.layout import check_shape, tensor_specs
 
     if not (path / COMMIT_FILE).is_file():

@@ -20,9 +20,9 @@ import torch
 
 from tenor.dist import messages
 from tenor.dist.group import Group, GroupError
-from tenor.dist.spec import GroupSpec
 from tenor.dist.leader import RankModel, load_rank_model, servable_from_json
 from tenor.dist.messages import Kind
+from tenor.dist.spec import GroupSpec
 from tenor.models.layers import PagedKVCache
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,13 @@ without cached context; the mask is rebuilt for the receiving rank's KV heads.""
 
 import torch
 
-from tenor.dist.messages import StepInputs, decode_json, decode_step, encode_json, encode_step
+from tenor.dist.messages import (
+    StepInputs,
+    decode_json,
+    decode_step,
+    encode_json,
+    encode_step,
+)
 from tenor.models.layers import AttentionBatch, PrefillSpan
 
 

@@ -8,14 +8,14 @@ from tenor.registry import LLAMA2_70B, SMOLLM2_135M, TINY_GPTJ
 
 def test_split_evenly_covers_once():
     parts = [split_evenly(10, 3, i) for i in range(3)]
-    assert parts == [range(0, 4), range(4, 7), range(7, 10)]
+    assert parts == [range(4), range(4, 7), range(7, 10)]
 
 
 def test_smollm2_on_two_ranks_splits_kv_groups_unevenly():
     a, b = plan_shard(SMOLLM2_135M, 2, 0), plan_shard(SMOLLM2_135M, 2, 1)
-    assert (a.kv_heads, a.heads) == (range(0, 2), range(0, 6))
+    assert (a.kv_heads, a.heads) == (range(2), range(6))
     assert (b.kv_heads, b.heads) == (range(2, 3), range(6, 9))
-    assert a.vocab == range(0, 24576) and b.vocab == range(24576, 49152)
+    assert a.vocab == range(24576) and b.vocab == range(24576, 49152)
     local = local_config(SMOLLM2_135M, b)
     assert (local.num_heads, local.num_kv_heads, local.intermediate_size, local.vocab_size) == (3, 1, 768, 24576)
 

@@ -17,7 +17,13 @@ import time
 import pytest
 
 from tests.fakes.cell import REPO_ROOT, AdminProcess, free_port, wait_until
-from tests.integration.cell_processes import ModelServerProcess, Traffic, child_env, client_for, run_cli
+from tests.integration.cell_processes import (
+    ModelServerProcess,
+    Traffic,
+    child_env,
+    client_for,
+    run_cli,
+)
 
 CELL = "/tenor/gtest"
 SPMD = f"{CELL}/spmd"
@@ -73,7 +79,7 @@ def admin_client(root: str):
 
 
 def test_spmd_model_lands_on_the_group_and_generates(cell):
-    root, _, single, leader, _ = cell
+    root, _, _single, leader, _ = cell
     published = run_cli(root, "publish", SPMD, "test.LmSpmdRandom", "None", "1")
     assert published.returncode == 0, published.stderr
     admin = admin_client(root)
