@@ -59,3 +59,16 @@ def test_default_model_float32_32_tokens():
     expected, _ = greedy_tokens(model, prompts, 32, checkpoint=str(path))
     sharded, exits = greedy_tokens(model, prompts, 32, group_size=2, checkpoint=str(path))
     assert sharded == expected and exits == [0]
+
+
+def test_sliced_from_a_tenor_checkpoint(tmp_path):
+    import dataclasses
+
+    from tenor.checkpoints.format import save_checkpoint
+    from tenor.models.model import random_weights
+
+    save_checkpoint(tmp_path / "ckpt", LLAMA_GQA, random_weights(LLAMA_GQA, 11))
+    model = dataclasses.replace(CASES["llama_gqa_llama3_rope"], random_weights=False)
+    expected, _ = greedy_tokens(model, PROMPTS, 16, checkpoint=str(tmp_path / "ckpt"))
+    sharded, exits = greedy_tokens(model, PROMPTS, 16, group_size=2, checkpoint=str(tmp_path / "ckpt"))
+    assert sharded == expected and exits == [0]
