@@ -12,9 +12,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from tenor.errors import UserError
+from tenor.hardware import DTYPE_CHOICES, QUANTIZE_CHOICES
 from tenor.models.config import ModelConfig, RopeScaling
 
-DTYPES = ("bfloat16", "float32")
+DTYPES = DTYPE_CHOICES  # "auto": bfloat16 where the CPU computes it natively, else float32
 TOKENIZERS = ("checkpoint", "bytes")  # bytes: UTF-8 bytes as ids (random test models)
 
 
@@ -22,7 +23,8 @@ TOKENIZERS = ("checkpoint", "bytes")  # bytes: UTF-8 bytes as ids (random test m
 class ServableConfig:
     name: str
     model: ModelConfig
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # activations (and dense weights); see tenor.hardware
+    quantize: str = "auto"  # linear weights: "none" (in `dtype`), "fp16" (FBGEMM), "auto"
     max_batch_size: int = 32  # decode slots
     max_prefill_predict_length: int = 1024  # longest prompt, tokens
     max_target_length: int = 2048  # prompt + generated, tokens
@@ -35,6 +37,8 @@ class ServableConfig:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.quantize not in QUANTIZE_CHOICES:
+            raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {self.quantize!r}")
         if self.tokenizer not in TOKENIZERS:
             raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}")
         if self.max_batch_size < 1:
@@ -58,10 +62,12 @@ class ServableConfig:
 
     def weight_bytes(self) -> int:
         """Approximate memory the weights take when loaded. A tied LM head counts twice: the
-        linear keeps its own oneDNN-packed copy beside the embedding table."""
+        linear keeps its own packed copy beside the embedding table. Under "auto" the linears
+        take 2 bytes a weight on any CPU (bf16, or fp16 beside float32 activations)."""
         config = self.model
         tied_head = config.vocab_size * config.hidden_size if config.tie_word_embeddings else 0
-        return (config.num_parameters() + tied_head) * (2 if self.dtype == "bfloat16" else 4)
+        full_width = self.dtype == "float32" and self.quantize == "none"
+        return (config.num_parameters() + tied_head) * (4 if full_width else 2)
 
 
 SMOLLM2_135M = ModelConfig(
@@ -122,13 +128,13 @@ register(ServableConfig("llama.Llama2_70B_BF16", LLAMA2_70B, max_batch_size=32,
                         max_prefill_predict_length=1024, max_target_length=4096))
 register(ServableConfig("llama.Llama31_405B_BF16", LLAMA31_405B, max_batch_size=16,
                         max_prefill_predict_length=1024, max_target_length=8192))
-register(ServableConfig("test.TinyLlamaRandom", TINY_LLAMA, dtype="float32", max_batch_size=8,
+register(ServableConfig("test.TinyLlamaRandom", TINY_LLAMA, dtype="float32", quantize="none", max_batch_size=8,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
                         random_weights=True))
-register(ServableConfig("test.TinyGPTJRandom", TINY_GPTJ, dtype="float32", max_batch_size=8,
+register(ServableConfig("test.TinyGPTJRandom", TINY_GPTJ, dtype="float32", quantize="none", max_batch_size=8,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
                         random_weights=True))
-register(ServableConfig("test.LmSpmdRandom", LM_SPMD, dtype="float32", max_batch_size=8, tokenized=True,
+register(ServableConfig("test.LmSpmdRandom", LM_SPMD, dtype="float32", quantize="none", max_batch_size=8, tokenized=True,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
                         random_weights=True))
 

@@ -8,6 +8,7 @@ import json
 import uuid
 
 from tenor.engine.api import GenerateRequest, SamplingParams
+from tenor.hardware import DTYPE_CHOICES, QUANTIZE_CHOICES
 
 
 def register(subparsers) -> None:
@@ -15,7 +16,10 @@ def register(subparsers) -> None:
     p.add_argument("prompt", help="the prompt (or comma-separated token ids for tokenized models)")
     p.add_argument("--model", default=None, help="registry name or checkpoint path (default: SmolLM2-135M-Instruct)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
-    p.add_argument("--dtype", choices=["bfloat16", "float32"], default=None)
+    p.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
+                   help="activations dtype; auto (the default) picks bfloat16 only where the CPU computes it natively")
+    p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
+                   help="linear weights: auto (the default), none (in --dtype, exact), fp16 (FBGEMM)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -30,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from tenor.registry import resolve_model
 
     servable, checkpoint = resolve_model(args.model, args.dtype)
+    if args.quantize is not None:
+        servable = servable.with_overrides(quantize=args.quantize)
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p, seed=args.seed, n=args.num_samples)
     samples = asyncio.run(_generate(servable, checkpoint, args.prompt, args.chat, sampling))

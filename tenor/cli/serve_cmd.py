@@ -2,7 +2,7 @@
 /healthcheck, /metrics), with nothing to configure.
 
     tenor serve [--model NAME|PATH] [--host 127.0.0.1] [--port 8000]
-                [--dtype bfloat16|float32] [--api-key KEY] [--max-waiting N]
+                [--dtype auto|bfloat16|float32] [--quantize auto|none|fp16] [--api-key KEY] [--max-waiting N]
                 [--kv-cache-gb G] [--quantize-kv-cache] [--drain-timeout S]
 
 --model is a registry name (`llama.SmolLM2_135M_Instruct`, `test.TinyLlamaRandom`, ...) or
@@ -19,6 +19,7 @@ from pathlib import Path
 from tenor import registry
 from tenor.engine.factory import EngineOptions, create_engine
 from tenor.errors import UserError
+from tenor.hardware import QUANTIZE_CHOICES
 from tenor.registry import ServableConfig
 from tenor.server.serve import run_server
 
@@ -38,7 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default: 8000)")
     parser.add_argument("--dtype", choices=registry.DTYPES, default=None,
-                        help="weights and activations dtype (default: the model config's)")
+                        help="activations dtype (default: the model config's, auto for the default model: "
+                        "bfloat16 where the CPU computes it natively, else float32)")
+    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
+                        help="how linear weights are stored: auto (default: fp16 beside float32 activations "
+                        "on x86), none (in --dtype; exact), fp16 (FBGEMM's fp16 GEMM)")
     parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                         help=f"require 'Authorization: Bearer KEY' on /v1/* and /generate (default: ${API_KEY_ENV})")
     parser.add_argument("--max-waiting", type=int, default=EngineOptions.max_waiting,
@@ -56,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
     servable, checkpoint = resolve_model(args.model)
     if args.dtype is not None:
         servable = servable.with_overrides(dtype=args.dtype)
+    if args.quantize is not None:
+        servable = servable.with_overrides(quantize=args.quantize)
     options = engine_options(args.max_waiting, args.kv_cache_gb, args.quantize_kv_cache)
     return run_server(
         lambda: create_engine(servable, checkpoint, options),

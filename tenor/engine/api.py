@@ -139,6 +139,23 @@ class EngineLimits:
 
 
 @dataclass(frozen=True)
+class RuntimeInfo:
+    """What the engine runs on and with: the CPU, and the precision chosen for it and why."""
+
+    cpu: str  # model name
+    isa: str  # e.g. "AVX2 FMA", "AMX AVX512-BF16 AVX-512 AVX2 FMA"
+    threads: int
+    dtype: str  # activations
+    weights: str  # how linear weights are stored: "dense", "fp16", ...
+    reason: str
+
+    def describe(self) -> str:
+        weights = "float16 weights (FBGEMM)" if self.weights == "fp16" else f"{self.dtype} weights"
+        return (f"{self.cpu} ({self.isa}), {self.threads} threads: {self.dtype} activations, {weights}; "
+                f"{self.reason}")
+
+
+@dataclass(frozen=True)
 class EngineStats:
     """A snapshot for /metrics, the model server's status and the admin's status page."""
 
@@ -150,6 +167,7 @@ class EngineStats:
     num_preemptions: int
     prompt_tokens_total: int
     generation_tokens_total: int
+    runtime: RuntimeInfo | None = None  # None until loaded, and for engines without a CPU story
 
 
 class HealthState(str, enum.Enum):

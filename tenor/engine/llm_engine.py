@@ -20,7 +20,7 @@ import torch
 
 from tenor.engine.api import (
     EngineLimits, EngineStats, EngineUnavailableError, GenerateRequest, HealthState,
-    InvalidRequestError, OverloadedError, RequestOutput, SamplingParams,
+    InvalidRequestError, OverloadedError, RequestOutput, RuntimeInfo, SamplingParams,
 )
 from tenor.engine.block_manager import BlockManager
 from tenor.engine.factory import EngineOptions
@@ -29,6 +29,7 @@ from tenor.engine.request_state import RequestState
 from tenor.engine.runner import ModelRunner
 from tenor.engine.sampling import sample
 from tenor.engine.scheduler import Scheduler, SchedulerConfig
+from tenor.hardware import configure_threads, cpu_info
 from tenor.engine.sequence import Sequence
 from tenor.models.layers import PagedKVCache
 from tenor.registry import ServableConfig
@@ -60,6 +61,7 @@ class LLMEngine:
         self._last_progress = time.monotonic()
         self._prompt_tokens = 0
         self._generated_tokens = 0
+        self._runtime: RuntimeInfo | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -80,8 +82,11 @@ class LLMEngine:
         gc.freeze()
         self._state = HealthState.READY
 
-    def _setup(self, loaded: LoadedModel) -> None:
+    def _setup(self, loaded: LoadedModel, threads: int) -> None:
         cfg = loaded.config
+        cpu, precision = cpu_info(), loaded.precision
+        self._runtime = RuntimeInfo(cpu.model_name, cpu.isa, threads, precision.dtype, precision.weights,
+                                    precision.reason)
         self.tokenizer = loaded.tokenizer
         self._vocab_size = cfg.vocab_size
         self._eos = tuple(sorted(set(cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids)))
@@ -145,6 +150,7 @@ class LLMEngine:
             num_preemptions=sched.num_preemptions if sched else 0,
             prompt_tokens_total=self._prompt_tokens,
             generation_tokens_total=self._generated_tokens,
+            runtime=self._runtime,
         )
 
     # ---- requests --------------------------------------------------------------------
@@ -232,7 +238,8 @@ class LLMEngine:
     # ---- the step thread -------------------------------------------------------------
     def _run(self, loop: asyncio.AbstractEventLoop, loaded: asyncio.Future) -> None:
         try:
-            self._setup(load_model(self.servable, self._checkpoint))
+            threads = configure_threads()
+            self._setup(load_model(self.servable, self._checkpoint), threads)
         except BaseException as exc:  # reported to start()'s caller
             loop.call_soon_threadsafe(_settle, loaded, exc)
             return

@@ -11,6 +11,7 @@ from torch import nn
 
 from tenor.engine.api import Tokenizer
 from tenor.errors import UserError
+from tenor.hardware import Precision, resolve_precision
 from tenor.models.config import ModelConfig
 from tenor.models.model import build_model, parse_dtype, random_weights
 from tenor.registry import ServableConfig
@@ -22,6 +23,7 @@ class LoadedModel:
     config: ModelConfig
     tokenizer: Tokenizer
     dtype: torch.dtype
+    precision: Precision
 
 
 def resolve_checkpoint(servable: ServableConfig, checkpoint: str | None) -> str | None:
@@ -40,7 +42,11 @@ def resolve_checkpoint(servable: ServableConfig, checkpoint: str | None) -> str 
 
 
 def load_model(servable: ServableConfig, checkpoint: str | None) -> LoadedModel:
-    dtype = parse_dtype(servable.dtype)
+    try:
+        precision = resolve_precision(servable.dtype, servable.quantize)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    dtype = parse_dtype(precision.dtype)
     path = resolve_checkpoint(servable, checkpoint)
     if path is None:
         config = servable.model
@@ -54,8 +60,8 @@ def load_model(servable: ServableConfig, checkpoint: str | None) -> LoadedModel:
         # The checkpoint decides the shapes; the servable config only how to serve them.
         if config.max_position_embeddings < servable.max_target_length:
             config = dataclasses.replace(config, max_position_embeddings=servable.max_target_length)
-    model = build_model(config, weights, dtype)
-    return LoadedModel(model, config, _load_tokenizer(servable, tokenizer_path), dtype)
+    model = build_model(config, weights, dtype, precision.weights)
+    return LoadedModel(model, config, _load_tokenizer(servable, tokenizer_path), dtype, precision)
 
 
 def _load_tokenizer(servable: ServableConfig, path: Path | None) -> Tokenizer:

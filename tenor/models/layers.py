@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tenor.models.config import RopeScaling
+from tenor.models.kernels import LinearKernel, make_kernel
 
 
 class ParallelLinear(nn.Module):
@@ -22,11 +23,8 @@ class ParallelLinear(nn.Module):
 
     `parallel="column"` splits output features across ranks (no communication);
     `parallel="row"` splits input features and needs an all-reduce of the output, done by
-    `reduce` (a no-op at world size 1). Weights may be float or int8 with per-row scales.
-
-    On CPU a float weight is handed to oneDNN once, at load, in its own blocked layout: the
-    packed matmul is bit-identical to `F.linear` and 1.5-2x faster for decode-sized batches,
-    where F.linear re-lays the weight out on every call. `weight` is then dropped.
+    `reduce` (a no-op at world size 1). The weight lives in the kernel chosen at load
+    (`tenor.models.kernels`): float, float16 for FBGEMM, or int8 with per-row scales.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool, parallel: str = "column",
@@ -35,70 +33,28 @@ class ParallelLinear(nn.Module):
         if parallel not in ("column", "row"):
             raise ValueError(f"parallel must be 'column' or 'row', got {parallel!r}")
         self.in_features, self.out_features, self.parallel = in_features, out_features, parallel
-        self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
-        self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
-        self.weight_scale: torch.Tensor | None = None
-        self.packed_weight: torch.Tensor | None = None
+        self.has_bias = bias
+        self.kernel: LinearKernel | None = None
         self._reduce = reduce
 
     def load(self, weight: torch.Tensor, dtype: torch.dtype, scale: torch.Tensor | None = None,
-             bias: torch.Tensor | None = None) -> None:
+             bias: torch.Tensor | None = None, weight_format: str = "dense") -> None:
         if tuple(weight.shape) != (self.out_features, self.in_features):
             raise ValueError(
                 f"weight shape {tuple(weight.shape)} does not match ({self.out_features}, {self.in_features})"
             )
-        if scale is not None:  # int8 weight-only: keep int8, multiply the scale in after the matmul
-            weight = weight.to(torch.int8).contiguous()
-            if weight.data_ptr() % 64:  # the fused int8 kernel crashes on unaligned (e.g. mmapped) data
-                weight = weight.clone()
-            self.weight = nn.Parameter(weight, requires_grad=False)
-            self.weight_scale = scale.to(dtype).contiguous()
-        else:
-            weight = weight.to(dtype).contiguous()
-            self.weight_scale = None
-            self.packed_weight = onednn_pack(weight)
-            self.weight = nn.Parameter(weight if self.packed_weight is None else torch.empty(0, dtype=dtype),
-                                       requires_grad=False)
-        if self.bias is not None:
-            if bias is None:
-                raise ValueError("missing bias")
-            self.bias = nn.Parameter(bias.to(dtype).contiguous(), requires_grad=False)
+        if self.has_bias and bias is None:
+            raise ValueError("missing bias")
+        self.kernel = make_kernel(weight, dtype, weight_format, scale=scale, bias=bias if self.has_bias else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed_weight is not None:
-            out = torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
-        elif self.weight_scale is None:
-            out = F.linear(x, self.weight, self.bias)
-        else:
-            out = int8_linear(x, self.weight, self.weight_scale)
-            if self.bias is not None:
-                out = out + self.bias
+        out = self.kernel(x)
         if self._reduce is not None:
             out = self._reduce(out)
         return out
 
-
-def onednn_pack(weight: torch.Tensor) -> torch.Tensor | None:
-    """The weight in oneDNN's blocked layout for `mkldnn._linear_pointwise`, or None where that
-    path does not apply (not CPU, not bf16/fp32, a torch built without oneDNN)."""
-    if weight.device.type != "cpu" or weight.dtype not in (torch.bfloat16, torch.float32):
-        return None
-    if not torch.backends.mkldnn.is_available():
-        return None
-    try:
-        return torch.ops.mkldnn._reorder_linear_weight(weight, 1)  # 1: laid out for decode-sized batches
-    except (AttributeError, RuntimeError):
-        return None
-
-
-def int8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x @ (weight * scale[:, None]).T without materialising the float weight."""
-    if x.dtype in (torch.bfloat16, torch.float32) and x.device.type == "cpu":
-        # A fused CPU kernel for int8 weights with per-channel scales.
-        flat = x.reshape(-1, x.shape[-1])
-        out = torch.ops.aten._weight_int8pack_mm(flat, weight, scale.to(x.dtype))
-        return out.reshape(*x.shape[:-1], weight.shape[0])
-    return F.linear(x, weight.to(x.dtype)) * scale
+    def weight_nbytes(self) -> int:
+        return 0 if self.kernel is None else self.kernel.nbytes()
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> torch.Tensor:

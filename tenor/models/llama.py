@@ -53,9 +53,10 @@ class LlamaModel(DecoderLM):
         self.rotary = Rotary(config.head_dim, config.max_position_embeddings, config.rope_theta,
                              config.rope_scaling, interleaved=False)
 
-    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype,
+                     weight_format: str = "dense") -> None:
         c = self.config
-        take = WeightTaker(weights)
+        take = WeightTaker(weights, weight_format)
         self.embed = nn.Parameter(take.float("embed.weight", (c.vocab_size, c.hidden_size)).to(dtype),
                                   requires_grad=False)
         for i, block in enumerate(self.layers):
@@ -68,7 +69,7 @@ class LlamaModel(DecoderLM):
                 take.linear(getattr(block, name.split(".")[1]), p + name, dtype)
         self.norm = nn.Parameter(take.float("norm.weight", (c.hidden_size,)).to(dtype), requires_grad=False)
         if c.tie_word_embeddings:
-            self.lm_head.load(self.embed.data, dtype)
+            self.lm_head.load(self.embed.data, dtype, weight_format=weight_format)
         else:
             take.linear(self.lm_head, "lm_head", dtype)
         self.rotary.to_dtype(dtype)
@@ -81,8 +82,9 @@ class LlamaModel(DecoderLM):
 class WeightTaker:
     """Hands out checkpoint tensors by name with shape checks, and notices leftovers."""
 
-    def __init__(self, weights: dict[str, torch.Tensor]) -> None:
+    def __init__(self, weights: dict[str, torch.Tensor], weight_format: str = "dense") -> None:
         self.weights = weights
+        self.weight_format = weight_format
         self.used: set[str] = set()
 
     def get(self, name: str) -> torch.Tensor:
@@ -100,11 +102,11 @@ class WeightTaker:
     def linear(self, layer: ParallelLinear, prefix: str, dtype: torch.dtype) -> None:
         weight = self.float(prefix + ".weight", (layer.out_features, layer.in_features))
         scale = self.get(prefix + ".weight_scale") if prefix + ".weight_scale" in self.weights else None
-        bias = self.float(prefix + ".bias", (layer.out_features,)) if layer.bias is not None else None
+        bias = self.float(prefix + ".bias", (layer.out_features,)) if layer.has_bias else None
         if scale is None and weight.dtype == torch.int8:
             raise ValueError(f"int8 tensor {prefix}.weight has no {prefix}.weight_scale")
         try:
-            layer.load(weight, dtype, scale=scale, bias=bias)
+            layer.load(weight, dtype, scale=scale, bias=bias, weight_format=self.weight_format)
         except ValueError as exc:
             raise ValueError(f"{prefix}: {exc}") from None
 

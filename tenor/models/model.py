@@ -19,9 +19,11 @@ def parse_dtype(name: str) -> torch.dtype:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {name!r}") from None
 
 
-def build_model(config: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype) -> nn.Module:
+def build_model(config: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
+                weight_format: str = "dense") -> nn.Module:
+    """`weight_format` "fp16" stores linear weights as float16 for FBGEMM (float32 activations)."""
     model: nn.Module = LlamaModel(config) if config.arch == "llama" else GPTJModel(config)
-    model.load_weights(weights, dtype)
+    model.load_weights(weights, dtype, weight_format)
     return model.eval()
 
 

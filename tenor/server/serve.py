@@ -146,6 +146,9 @@ async def _serve(engine_factory: Callable[[], Engine], sock: socket.socket, opti
         if not await _unless(signals.requested, engine.start()):
             await engine.stop(0.0)  # asked to stop while loading
             return 0
+        runtime = engine.stats().runtime
+        if runtime is not None:  # the one line that says what precision was chosen and why
+            print(f"tenor: {runtime.describe()}", file=sys.stderr, flush=True)
         app = build_app(engine, served_model_name=options.served_model_name, api_key=options.api_key)
         url = url_of(sock, options.host)
 
