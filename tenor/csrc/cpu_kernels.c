@@ -1,0 +1,93 @@
+/* tenor's fused CPU kernels for the float32 decode path, called through ctypes.
+ *
+ * Each replaces a chain of small torch ops (each a dispatch and a pass over memory) with one
+ * call. Built at setup or on first use by tenor/models/native.py for the host's instruction
+ * sets (-march=native); torch's own ops stand in wherever this library cannot be built.
+ * No torch headers: plain C99 on raw float32 buffers, OpenMP for the threads (the loader
+ * reuses torch's libgomp, so one thread pool serves both).
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for `rows` rows of `dim`. */
+void tenor_rms_norm_f32(const float *x, const float *w, float *out, int64_t rows, int64_t dim, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * dim;
+        float *o = out + r * dim;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < dim; i++) sum += xr[i] * xr[i];
+        const float inv = 1.0f / sqrtf(sum / (float)dim + eps);
+#pragma omp simd
+        for (int64_t i = 0; i < dim; i++) o[i] = xr[i] * inv * w[i];
+    }
+}
+
+/* gate_up [rows, 2 * inter] (gate then up) -> out [rows, inter] = silu(gate) * up. */
+void tenor_silu_mul_f32(const float *gate_up, float *out, int64_t rows, int64_t inter) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = gate_up + r * 2 * inter, *u = g + inter;
+        float *o = out + r * inter;
+#pragma omp simd
+        for (int64_t i = 0; i < inter; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+/* Decode attention straight from the paged cache, no gathered copy.
+ *   q       [B, H, E]           one query token per sequence
+ *   k, v    [K, slots, E]       one layer's cache (slot = block * block_size + offset)
+ *   table   [B, N]              each sequence's blocks
+ *   lengths [B]                 each sequence's context length (slots 0..len-1 of its blocks)
+ *   out     [B, H, E]
+ *   scratch [threads, G * max_len] floats for the scores, one slice for each of `threads` threads
+ * Query heads h * G .. h * G + G - 1 share kv head h (grouped-query attention). */
+void tenor_paged_decode_attention_f32(const float *q, const float *k, const float *v, const int64_t *table,
+                                      const int64_t *lengths, float *out, float *scratch, int64_t B, int64_t H,
+                                      int64_t K, int64_t E, int64_t N, int64_t block_size, int64_t slots,
+                                      int64_t max_len, float scale, int64_t threads) {
+    const int64_t G = H / K;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t item = 0; item < B * K; item++) {
+        const int64_t b = item / K, h = item % K, len = lengths[b];
+        float *scores = scratch + (int64_t)omp_get_thread_num() * G * max_len;
+        const float *kh = k + h * slots * E, *vh = v + h * slots * E;
+        const float *qb = q + (b * H + h * G) * E;
+        float *ob = out + (b * H + h * G) * E;
+        for (int64_t t = 0; t < len; t++) {
+            const int64_t slot = table[b * N + t / block_size] * block_size + t % block_size;
+            const float *kt = kh + slot * E;
+            for (int64_t g = 0; g < G; g++) {
+                const float *qg = qb + g * E;
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int64_t e = 0; e < E; e++) dot += qg[e] * kt[e];
+                scores[g * max_len + t] = dot * scale;
+            }
+        }
+        for (int64_t g = 0; g < G; g++) {
+            float *s = scores + g * max_len, top = -INFINITY, total = 0.0f;
+            for (int64_t t = 0; t < len; t++) top = s[t] > top ? s[t] : top;
+            for (int64_t t = 0; t < len; t++) {
+                s[t] = expf(s[t] - top);
+                total += s[t];
+            }
+            const float inv = 1.0f / total;
+            for (int64_t t = 0; t < len; t++) s[t] *= inv;
+            float *og = ob + g * E;
+#pragma omp simd
+            for (int64_t e = 0; e < E; e++) og[e] = 0.0f;
+        }
+        for (int64_t t = 0; t < len; t++) {  /* each V row read once, for every query head of the group */
+            const int64_t slot = table[b * N + t / block_size] * block_size + t % block_size;
+            const float *vt = vh + slot * E;
+            for (int64_t g = 0; g < G; g++) {
+                const float p = scores[g * max_len + t];
+                float *og = ob + g * E;
+#pragma omp simd
+                for (int64_t e = 0; e < E; e++) og[e] += p * vt[e];
+            }
+        }
+    }
+}

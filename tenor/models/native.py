@@ -1,0 +1,133 @@
+"""tenor's fused float32 CPU kernels (tenor/csrc/cpu_kernels.c), built for this host and
+called through ctypes, with torch's ops as the fallback everywhere they are not available.
+
+The library is compiled with the system C compiler for the host's own instruction sets
+(`-march=native`) into a cache keyed by the source, the flags and the CPU's flags: a machine
+whose CPU changes gets a fresh build, never a binary with instructions it lacks. `./setup.sh`
+builds it once; otherwise the first engine that wants it does (under a second). Set
+TENOR_NATIVE_KERNELS=0 to use torch's ops only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "cpu_kernels.c"
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c99")
+_I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tenor" / "kernels"
+
+
+def _library_path(compiler: str) -> Path:
+    from tenor.hardware import cpu_info
+
+    key = hashlib.sha256()
+    key.update(SOURCE.read_bytes())
+    key.update(" ".join((compiler, *FLAGS)).encode())
+    key.update(" ".join(sorted(cpu_info().flags)).encode())
+    return cache_dir() / f"cpu_kernels-{key.hexdigest()[:16]}.so"
+
+
+def build() -> Path:
+    """Compiles the library for this host if the cache lacks it; returns its path. Raises
+    RuntimeError when no compiler is found or the build fails."""
+    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        raise RuntimeError("no C compiler (gcc or cc) on PATH")
+    target = _library_path(compiler)
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        partial = Path(tmp) / target.name
+        done = subprocess.run([compiler, *FLAGS, "-o", str(partial), str(SOURCE), "-lm"],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"building {SOURCE.name} failed: {done.stderr.strip()[-500:]}")
+        os.replace(partial, target)  # atomic: a concurrent build never sees half a file
+    return target
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The loaded kernels, or None (disabled, or no compiler, or the build failed: logged once)."""
+    if os.environ.get("TENOR_NATIVE_KERNELS", "1") == "0":
+        return None
+    try:
+        lib = ctypes.CDLL(str(build()))
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        log.warning("tenor's native CPU kernels are unavailable, using torch's ops: %s", exc)
+        return None
+    lib.tenor_rms_norm_f32.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, _F32]
+    lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64]
+    lib.tenor_paged_decode_attention_f32.argtypes = [_PTR] * 7 + [_I64] * 8 + [_F32, _I64]
+    for fn in (lib.tenor_rms_norm_f32, lib.tenor_silu_mul_f32, lib.tenor_paged_decode_attention_f32):
+        fn.restype = None
+    return lib
+
+
+def available() -> bool:
+    return library() is not None
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [T, D] float32 contiguous -> RMSNorm(x) * weight."""
+    out = torch.empty_like(x)
+    library().tenor_rms_norm_f32(_ptr(x), _ptr(weight), _ptr(out), x.shape[0], x.shape[1], eps)
+    return out
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [T, 2F] float32 contiguous -> silu(gate) * up [T, F]."""
+    rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty(rows, inter, dtype=gate_up.dtype)
+    library().tenor_silu_mul_f32(_ptr(gate_up), _ptr(out), rows, inter)
+    return out
+
+
+class DecodeScratch:
+    """The score buffer decode attention writes, one slice a thread, grown on demand."""
+
+    def __init__(self) -> None:
+        self.buffer = torch.empty(0)
+
+    def get(self, floats: int) -> torch.Tensor:
+        if self.buffer.numel() < floats:
+            self.buffer = torch.empty(floats)
+        return self.buffer
+
+
+def paged_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor,
+                           lengths: torch.Tensor, block_size: int, max_len: int, scratch: DecodeScratch) -> torch.Tensor:
+    """q [B, H, E]; k, v [K, slots, E] (one layer, contiguous); table [B, N] int64; lengths [B]
+    int64 -> [B, H, E], each sequence attending to its first lengths[b] cached tokens."""
+    batch, heads, dim = q.shape
+    kv_heads, slots = k.shape[0], k.shape[1]
+    q = q.contiguous()
+    out = torch.empty_like(q)
+    threads = torch.get_num_threads()
+    buffer = scratch.get(threads * (heads // kv_heads) * max_len)
+    library().tenor_paged_decode_attention_f32(
+        _ptr(q), _ptr(k), _ptr(v), _ptr(table), _ptr(lengths), _ptr(out), _ptr(buffer),
+        batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len, dim ** -0.5, threads)
+    return out
