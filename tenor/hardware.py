@@ -24,7 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DTYPE_CHOICES = ("auto", "bfloat16", "float32")
-QUANTIZE_CHOICES = ("auto", "none", "fp16")
+QUANTIZE_CHOICES = ("auto", "none", "fp16", "int8")
+WEIGHT_LABELS = {
+    "dense": "weights in the activation dtype",
+    "fp16": "float16 weights (FBGEMM)",
+    "int8": "int8 weights in blocks of 32 for decode (tenor's kernel), float16 (FBGEMM) for prefill",
+}
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ class Precision:
     """What the engine runs: activation dtype, how linear weights are stored, and why."""
 
     dtype: str  # "bfloat16" | "float32": activations, norms, KV cache
-    weights: str  # "dense" (weights in `dtype`) | "fp16" (float16 weights, FBGEMM GEMM)
+    weights: str  # a key of WEIGHT_LABELS
     reason: str
 
 
@@ -117,9 +122,11 @@ def fbgemm_fp16_available() -> bool:
     return bool(torch.all(out == 8))
 
 
-def choose_precision(dtype: str, quantize: str, cpu: CpuInfo, fp16_kernel: bool) -> Precision:
-    """Resolves --dtype and --quantize ("auto" or explicit) for `cpu`; raises ValueError for a
-    combination that cannot run here."""
+def choose_precision(dtype: str, quantize: str, cpu: CpuInfo, fp16_kernel: bool,
+                     native_kernels: bool = False) -> Precision:
+    """Resolves --dtype and --quantize ("auto" or explicit) for `cpu`, given whether FBGEMM's fp16
+    GEMM and tenor's native kernels work here; raises ValueError for a combination that cannot
+    run here."""
     if dtype not in DTYPE_CHOICES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
     if quantize not in QUANTIZE_CHOICES:
@@ -130,21 +137,28 @@ def choose_precision(dtype: str, quantize: str, cpu: CpuInfo, fp16_kernel: bool)
         else:
             dtype, why = "float32", "no native bf16 on this CPU (it would be emulated, ~10x slower)"
     else:
-        why = "dtype chosen by the user"
-    if quantize == "fp16":
+        why = f"dtype {dtype} set by the model config or --dtype"
+    if quantize in ("fp16", "int8"):
         if dtype != "float32":
-            raise ValueError("quantize fp16 needs float32 activations (--dtype float32 or auto on a CPU without bf16)")
+            raise ValueError(f"quantize {quantize} needs float32 activations "
+                             "(--dtype float32, or auto on a CPU without native bf16)")
         if not fp16_kernel:
-            raise ValueError("quantize fp16 needs FBGEMM (an x86 build of torch); use --quantize none")
-        return Precision(dtype, "fp16", f"{why}; fp16 weights chosen by the user")
+            raise ValueError(f"quantize {quantize} needs FBGEMM (an x86 build of torch); use --quantize none")
+        if quantize == "int8" and not native_kernels:
+            raise ValueError("quantize int8 needs tenor's native kernels (a C compiler at setup); use fp16")
+        return Precision(dtype, quantize, f"{why}; {quantize} weights set by the config or --quantize")
     if quantize == "auto" and dtype == "float32" and fp16_kernel:
+        if native_kernels:
+            return Precision(dtype, "int8", f"{why}; int8 weights read a quarter of float32's bytes per decode step")
         return Precision(dtype, "fp16", f"{why}; fp16 weights halve the bytes each step reads")
     return Precision(dtype, "dense", why)
 
 
 def resolve_precision(dtype: str, quantize: str) -> Precision:
     """choose_precision for this machine."""
-    return choose_precision(dtype, quantize, cpu_info(), fbgemm_fp16_available())
+    from tenor.models import native
+
+    return choose_precision(dtype, quantize, cpu_info(), fbgemm_fp16_available(), native.available())
 
 
 def configure_threads() -> int:

@@ -13,7 +13,7 @@ ARM_PLAIN = CpuInfo("Cortex-A72", "aarch64", frozenset({"asimd"}), "DEFAULT", 4)
 
 @pytest.mark.parametrize("cpu, fp16_kernel, dtype, quantize, expected", [
     # auto never picks an emulated dtype
-    (AVX2_EPYC, True, "auto", "auto", ("float32", "fp16")),
+    (AVX2_EPYC, True, "auto", "auto", ("float32", "fp16")),  # no native kernels: fp16 alone
     (AVX2_EPYC, False, "auto", "auto", ("float32", "dense")),
     (AMX_XEON, True, "auto", "auto", ("bfloat16", "dense")),
     (ARM_BF16, False, "auto", "auto", ("bfloat16", "dense")),
@@ -33,6 +33,14 @@ def test_choose_precision(cpu, fp16_kernel, dtype, quantize, expected):
     precision = choose_precision(dtype, quantize, cpu, fp16_kernel)
     assert (precision.dtype, precision.weights) == expected
     assert precision.reason
+
+
+def test_int8_needs_the_native_kernels():
+    assert choose_precision("auto", "auto", AVX2_EPYC, True, native_kernels=True).weights == "int8"
+    assert choose_precision("auto", "int8", AVX2_EPYC, True, native_kernels=True).weights == "int8"
+    with pytest.raises(ValueError, match="native kernels"):
+        choose_precision("auto", "int8", AVX2_EPYC, True, native_kernels=False)
+    assert choose_precision("auto", "auto", AMX_XEON, True, native_kernels=True).weights == "dense"
 
 
 def test_choose_precision_says_why_and_refuses_unknown_values():

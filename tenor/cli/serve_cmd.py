@@ -2,7 +2,7 @@
 /healthcheck, /metrics), with nothing to configure.
 
     tenor serve [--model NAME|PATH] [--host 127.0.0.1] [--port 8000]
-                [--dtype auto|bfloat16|float32] [--quantize auto|none|fp16] [--api-key KEY] [--max-waiting N]
+                [--dtype auto|bfloat16|float32] [--quantize auto|none|fp16|int8] [--api-key KEY] [--max-waiting N]
                 [--kv-cache-gb G] [--quantize-kv-cache] [--drain-timeout S]
 
 --model is a registry name (`llama.SmolLM2_135M_Instruct`, `test.TinyLlamaRandom`, ...) or
@@ -42,8 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="activations dtype (default: the model config's, auto for the default model: "
                         "bfloat16 where the CPU computes it natively, else float32)")
     parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
-                        help="how linear weights are stored: auto (default: fp16 beside float32 activations "
-                        "on x86), none (in --dtype; exact), fp16 (FBGEMM's fp16 GEMM)")
+                        help="how linear weights are stored: auto (default: int8 for decode + fp16 for prefill "
+                        "beside float32 activations on x86), none (in --dtype; exact), fp16 (FBGEMM's fp16 GEMM), "
+                        "int8")
     parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                         help=f"require 'Authorization: Bearer KEY' on /v1/* and /generate (default: ${API_KEY_ENV})")
     parser.add_argument("--max-waiting", type=int, default=EngineOptions.max_waiting,

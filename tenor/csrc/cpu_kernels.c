@@ -91,3 +91,31 @@ void tenor_paged_decode_attention_f32(const float *q, const float *k, const floa
         }
     }
 }
+
+/* out [R, OUT] = x [R, IN] @ W.T (+ bias) for int8 weights in blocks of 32 along IN, each block
+ * with its own float scale (scales [OUT, IN / 32]): W[o, i] ~= w[o, i] * scales[o, i / 32].
+ * For the few rows of a decode step, where a matmul is bound by the bytes of weight it reads:
+ * each weight block is read once and applied to every row. IN must be a multiple of 32. */
+void tenor_int8_block_linear_f32(const float *x, const int8_t *w, const float *scales, const float *bias,
+                                 float *out, int64_t R, int64_t IN, int64_t OUT, int64_t threads) {
+    const int64_t nb = IN / 32;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t o = 0; o < OUT; o++) {
+        const int8_t *wo = w + o * IN;
+        const float *so = scales + o * nb;
+        float acc[8] = {0};  /* rows are few (R <= 8): one accumulator each */
+        for (int64_t blk = 0; blk < nb; blk++) {
+            float wf[32];
+#pragma omp simd
+            for (int64_t i = 0; i < 32; i++) wf[i] = (float)wo[blk * 32 + i];
+            for (int64_t r = 0; r < R; r++) {
+                const float *xr = x + r * IN + blk * 32;
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int64_t i = 0; i < 32; i++) dot += wf[i] * xr[i];
+                acc[r] += dot * so[blk];
+            }
+        }
+        for (int64_t r = 0; r < R; r++) out[r * OUT + o] = acc[r] + (bias ? bias[o] : 0.0f);
+    }
+}

@@ -150,7 +150,9 @@ class RuntimeInfo:
     reason: str
 
     def describe(self) -> str:
-        weights = "float16 weights (FBGEMM)" if self.weights == "fp16" else f"{self.dtype} weights"
+        from tenor.hardware import WEIGHT_LABELS
+
+        weights = WEIGHT_LABELS.get(self.weights, self.weights)
         return (f"{self.cpu} ({self.isa}), {self.threads} threads: {self.dtype} activations, {weights}; "
                 f"{self.reason}")
 

@@ -10,6 +10,8 @@ Each kernel owns its weight in the layout its library wants and computes x @ W.T
 - `Fp16Kernel`: float16 weights through FBGEMM's fp16 GEMM (float32 in and out, float32
   accumulation). Half the bytes of float32; on an AVX2 EPYC 1.5-2x faster than float32 at
   batch 32-256 and 6x for the 49152-row LM head at batch 1.
+- `Int8BlockKernel`: int8 weights in blocks of 32 through tenor's own kernel for decode-sized
+  batches (half fp16's bytes), FBGEMM fp16 for larger ones.
 - `Int8WeightOnlyKernel`: int8 weights with per-row scales (`tenor convert --quantize int8`),
   through torch's fused CPU kernel.
 """
@@ -21,7 +23,9 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-WEIGHT_FORMATS = ("dense", "fp16")
+from tenor.models import native
+
+WEIGHT_FORMATS = ("dense", "fp16", "int8")
 
 
 class LinearKernel:
@@ -84,6 +88,30 @@ class Fp16Kernel(LinearKernel):
         return self._bytes
 
 
+class Int8BlockKernel(Fp16Kernel):
+    """Decode-sized batches (a few rows, bound by the weight bytes each step reads) through
+    tenor's int8 kernel, 32 weights a scale (GGUF's Q8_0 layout): a quarter of float32's bytes.
+    Larger batches (prefill, many streams; bound by arithmetic) through FBGEMM's fp16 GEMM,
+    which keeps its own copy: 3 bytes a weight in all, still less than float32."""
+
+    name = "int8"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__(weight, bias)
+        self.q, self.scales = native.quantize_int8_blocks(weight)
+        self.bias = None if bias is None else bias.float().contiguous()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        if rows > native.INT8_MAX_ROWS:
+            return super().__call__(x)
+        flat = native.int8_block_linear(x.reshape(rows, x.shape[-1]).contiguous(), self.q, self.scales, self.bias)
+        return flat.view(*x.shape[:-1], self.out_features)
+
+    def nbytes(self) -> int:
+        return super().nbytes() + _nbytes(self.q, self.scales)
+
+
 class Int8WeightOnlyKernel(LinearKernel):
     name = "int8"
 
@@ -129,11 +157,13 @@ def make_kernel(weight: torch.Tensor, dtype: torch.dtype, weight_format: str = "
     bias = None if bias is None else bias.to(dtype).contiguous()
     if scale is not None:
         return Int8WeightOnlyKernel(weight, scale.to(dtype).contiguous(), bias)
-    if weight_format == "fp16":
+    if weight_format in ("fp16", "int8"):
         if dtype != torch.float32:
-            raise ValueError(f"fp16 weights need float32 activations, got {dtype}")
+            raise ValueError(f"{weight_format} weights need float32 activations, got {dtype}")
         with warnings.catch_warnings():  # FBGEMM's prepack warns about quantized tensors it does not use here
             warnings.simplefilter("ignore")
+            if weight_format == "int8" and weight.shape[1] % native.INT8_BLOCK == 0 and native.available():
+                return Int8BlockKernel(weight, bias)
             return Fp16Kernel(weight, bias)
     weight = weight.to(dtype).contiguous()
     packed = onednn_pack(weight)

@@ -77,7 +77,9 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_rms_norm_f32.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, _F32]
     lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64]
     lib.tenor_paged_decode_attention_f32.argtypes = [_PTR] * 7 + [_I64] * 8 + [_F32, _I64]
-    for fn in (lib.tenor_rms_norm_f32, lib.tenor_silu_mul_f32, lib.tenor_paged_decode_attention_f32):
+    lib.tenor_int8_block_linear_f32.argtypes = [_PTR] * 5 + [_I64] * 4
+    for fn in (lib.tenor_rms_norm_f32, lib.tenor_silu_mul_f32, lib.tenor_paged_decode_attention_f32,
+               lib.tenor_int8_block_linear_f32):
         fn.restype = None
     return lib
 
@@ -130,4 +132,28 @@ def paged_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ta
     library().tenor_paged_decode_attention_f32(
         _ptr(q), _ptr(k), _ptr(v), _ptr(table), _ptr(lengths), _ptr(out), _ptr(buffer),
         batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len, dim ** -0.5, threads)
+    return out
+
+
+INT8_BLOCK = 32  # weights per scale along the input dimension, as GGUF's Q8_0
+INT8_MAX_ROWS = 8  # the kernel keeps one accumulator per row
+
+
+def quantize_int8_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """weight [OUT, IN] (IN a multiple of 32) -> int8 [OUT, IN] and float32 scales [OUT, IN / 32],
+    one scale per 32 weights: weight ~= int8 * scale."""
+    out_features, in_features = weight.shape
+    blocks = weight.float().reshape(out_features, in_features // INT8_BLOCK, INT8_BLOCK)
+    scales = blocks.abs().amax(dim=-1).clamp(min=1e-12) / 127.0
+    q = torch.round(blocks / scales[..., None]).clamp(-127, 127).to(torch.int8)
+    return q.reshape(out_features, in_features).contiguous(), scales.contiguous()
+
+
+def int8_block_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor,
+                      bias: torch.Tensor | None) -> torch.Tensor:
+    """x [R, IN] float32 contiguous, R <= INT8_MAX_ROWS -> [R, OUT]."""
+    rows, out_features = x.shape[0], weight.shape[0]
+    out = torch.empty(rows, out_features)
+    library().tenor_int8_block_linear_f32(_ptr(x), _ptr(weight), _ptr(scales), None if bias is None else _ptr(bias),
+                                         _ptr(out), rows, x.shape[1], out_features, torch.get_num_threads())
     return out

@@ -8,7 +8,10 @@ import torch
 import torch.nn.functional as F
 
 from tenor.hardware import fbgemm_fp16_available
-from tenor.models.kernels import DenseKernel, Fp16Kernel, Int8WeightOnlyKernel, OneDnnKernel, onednn_pack
+from tenor.models import native
+from tenor.models.kernels import (
+    DenseKernel, Fp16Kernel, Int8BlockKernel, Int8WeightOnlyKernel, OneDnnKernel, onednn_pack,
+)
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, decode_attention
 
 
@@ -73,6 +76,20 @@ def test_fp16_linear_matches_f_linear_on_fp16_weights(bias):
         expected = F.linear(x, weight.half().float(), b if bias else None)
         assert layer(x).shape == expected.shape
         assert (layer(x) - expected).abs().max() <= 1e-3
+
+
+@pytest.mark.skipif(not (fbgemm_fp16_available() and native.available()), reason="needs FBGEMM and a C compiler")
+def test_int8_linear_uses_int8_for_few_rows_and_fp16_for_many():
+    gen = torch.Generator().manual_seed(4)
+    weight = torch.randn(48, 64, generator=gen) * 0.05
+    layer = ParallelLinear(64, 48, bias=False)
+    layer.load(weight, torch.float32, weight_format="int8")
+    assert isinstance(layer.kernel, Int8BlockKernel)
+    assert layer.weight_nbytes() == 48 * 64 * 3 + 48 * 2 * 4  # int8 + fp16 copies + one scale per 32
+    for rows in (1, 5, 9, 40):  # int8 up to 8 rows, FBGEMM fp16 beyond
+        x = torch.randn(rows, 64, generator=gen)
+        assert (layer(x) - F.linear(x, weight)).abs().max() <= 0.02  # int8: ~1/254 of a block's range
+    assert layer(torch.randn(2, 3, 64)).shape == (2, 3, 48)
 
 
 def test_fp16_weights_need_float32_activations():

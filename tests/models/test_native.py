@@ -57,3 +57,18 @@ def test_build_failure_is_reported_not_raised(monkeypatch, tmp_path):
     monkeypatch.setenv("CC", "/bin/false")
     with pytest.raises(RuntimeError, match="failed"):
         native.build()
+
+
+@needs_native
+@pytest.mark.parametrize("rows", [1, 3, 8])
+def test_int8_block_linear_matches_dequantized_weights(rows):
+    gen = torch.Generator().manual_seed(3)
+    weight, bias = torch.randn(40, 96, generator=gen) * 0.05, torch.randn(40, generator=gen)
+    q, scales = native.quantize_int8_blocks(weight)
+    assert q.dtype == torch.int8 and scales.shape == (40, 3)
+    dequantized = (q.view(40, 3, 32).float() * scales[..., None]).view(40, 96)
+    assert (dequantized - weight).abs().max() <= scales.max() / 2 + 1e-7  # half a step at most
+    x = torch.randn(rows, 96, generator=gen)
+    expected = F.linear(x, dequantized, bias)
+    assert torch.allclose(native.int8_block_linear(x, q, scales, bias), expected, atol=1e-5)
+    assert torch.allclose(native.int8_block_linear(x, q, scales, None), expected - bias, atol=1e-5)
