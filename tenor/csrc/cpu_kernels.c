@@ -92,18 +92,26 @@ void tenor_paged_decode_attention_f32(const float *q, const float *k, const floa
     }
 }
 
-/* out [R, OUT] = x [R, IN] @ W.T (+ bias) for int8 weights in blocks of 32 along IN, each block
- * with its own float scale (scales [OUT, IN / 32]): W[o, i] ~= w[o, i] * scales[o, i / 32].
- * For the few rows of a decode step, where a matmul is bound by the bytes of weight it reads:
- * each weight block is read once and applied to every row. IN must be a multiple of 32. */
-void tenor_int8_block_linear_f32(const float *x, const int8_t *w, const float *scales, const float *bias,
-                                 float *out, int64_t R, int64_t IN, int64_t OUT, int64_t threads) {
+/* out [R, OUT] = x [R, IN] @ W.T (+ bias) for 8-bit weights in blocks of 32 along IN, each block
+ * with its own scale and minimum (scales, mins [OUT, IN / 32]): W[o, i] ~= w[o, i] * scale + min,
+ * w in 0..255. The layout holds a GGUF Q4_1 block exactly (255 = 15 * 17). For the few rows of a
+ * decode step, where a matmul is bound by the bytes of weight it reads: each weight block is
+ * read once and applied to every row. IN must be a multiple of 32, R at most 8. */
+void tenor_u8_block_linear_f32(const float *x, const uint8_t *w, const float *scales, const float *mins,
+                               const float *bias, float *out, int64_t R, int64_t IN, int64_t OUT, int64_t threads) {
     const int64_t nb = IN / 32;
+    float *xsum = malloc(sizeof(float) * R * nb);  /* sum of x over each block: the mins' share */
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t blk = 0; blk < nb; blk++) {
+            float sum = 0.0f;
+            for (int64_t i = 0; i < 32; i++) sum += x[r * IN + blk * 32 + i];
+            xsum[r * nb + blk] = sum;
+        }
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t o = 0; o < OUT; o++) {
-        const int8_t *wo = w + o * IN;
-        const float *so = scales + o * nb;
-        float acc[8] = {0};  /* rows are few (R <= 8): one accumulator each */
+        const uint8_t *wo = w + o * IN;
+        const float *so = scales + o * nb, *mo = mins + o * nb;
+        float acc[8] = {0};
         for (int64_t blk = 0; blk < nb; blk++) {
             float wf[32];
 #pragma omp simd
@@ -113,9 +121,45 @@ void tenor_int8_block_linear_f32(const float *x, const int8_t *w, const float *s
                 float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
                 for (int64_t i = 0; i < 32; i++) dot += wf[i] * xr[i];
-                acc[r] += dot * so[blk];
+                acc[r] += dot * so[blk] + mo[blk] * xsum[r * nb + blk];
             }
         }
         for (int64_t r = 0; r < R; r++) out[r * OUT + o] = acc[r] + (bias ? bias[o] : 0.0f);
+    }
+    free(xsum);
+}
+
+/* Llama's rotary ("rotate half", over whole heads) applied in place to the q and k heads of
+ * qkv [T, (H + 2K) * E], then k and v written to the cache at slots [T].
+ *   cos, sin [T, E]  the step's tables, the rotation's sign folded into sin
+ *   kc, vc  [K, slots, E]  one layer's cache */
+void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, float *kc, float *vc,
+                               const int64_t *slots, int64_t T, int64_t H, int64_t K, int64_t E,
+                               int64_t num_slots) {
+    const int64_t half = E / 2, width = (H + 2 * K) * E;
+    for (int64_t t = 0; t < T; t++) {
+        float *row = qkv + t * width;
+        const float *c = cos + t * E, *s = sin + t * E;
+        for (int64_t head = 0; head < H + K; head++) {
+            float *x = row + head * E;
+            float rotated[E];
+#pragma omp simd
+            for (int64_t i = 0; i < half; i++) {
+                rotated[i] = x[i] * c[i] + x[i + half] * s[i];
+                rotated[i + half] = x[i + half] * c[i + half] + x[i] * s[i + half];
+            }
+#pragma omp simd
+            for (int64_t i = 0; i < E; i++) x[i] = rotated[i];
+        }
+        const int64_t slot = slots[t];
+        for (int64_t h = 0; h < K; h++) {
+            const float *k = row + (H + h) * E, *v = row + (H + K + h) * E;
+            float *kd = kc + (h * num_slots + slot) * E, *vd = vc + (h * num_slots + slot) * E;
+#pragma omp simd
+            for (int64_t i = 0; i < E; i++) {
+                kd[i] = k[i];
+                vd[i] = v[i];
+            }
+        }
     }
 }

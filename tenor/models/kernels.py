@@ -10,8 +10,8 @@ Each kernel owns its weight in the layout its library wants and computes x @ W.T
 - `Fp16Kernel`: float16 weights through FBGEMM's fp16 GEMM (float32 in and out, float32
   accumulation). Half the bytes of float32; on an AVX2 EPYC 1.5-2x faster than float32 at
   batch 32-256 and 6x for the 49152-row LM head at batch 1.
-- `Int8BlockKernel`: int8 weights in blocks of 32 through tenor's own kernel for decode-sized
-  batches (half fp16's bytes), FBGEMM fp16 for larger ones.
+- `Int8BlockKernel`: 8-bit weights in blocks of 32 (a scale and a minimum each) through
+  tenor's own kernel for decode-sized batches (0.6x fp16's bytes), FBGEMM fp16 for larger ones.
 - `Int8WeightOnlyKernel`: int8 weights with per-row scales (`tenor convert --quantize int8`),
   through torch's fused CPU kernel.
 """
@@ -90,26 +90,28 @@ class Fp16Kernel(LinearKernel):
 
 class Int8BlockKernel(Fp16Kernel):
     """Decode-sized batches (a few rows, bound by the weight bytes each step reads) through
-    tenor's int8 kernel, 32 weights a scale (GGUF's Q8_0 layout): a quarter of float32's bytes.
-    Larger batches (prefill, many streams; bound by arithmetic) through FBGEMM's fp16 GEMM,
-    which keeps its own copy: 3 bytes a weight in all, still less than float32."""
+    tenor's 8-bit kernel: 32 weights share a scale and a minimum (which holds GGUF's Q4_1 blocks
+    exactly), 1.25 bytes a weight. Larger batches (prefill, many streams; bound by arithmetic)
+    through FBGEMM's fp16 GEMM, which keeps its own copy: 3.25 bytes a weight in all, still less
+    than float32's 4."""
 
     name = "int8"
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__(weight, bias)
-        self.q, self.scales = native.quantize_int8_blocks(weight)
+        self.q, self.scales, self.mins = native.quantize_u8_blocks(weight)
         self.bias = None if bias is None else bias.float().contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
         if rows > native.INT8_MAX_ROWS:
             return super().__call__(x)
-        flat = native.int8_block_linear(x.reshape(rows, x.shape[-1]).contiguous(), self.q, self.scales, self.bias)
+        flat = native.u8_block_linear(x.reshape(rows, x.shape[-1]).contiguous(), self.q, self.scales, self.mins,
+                                      self.bias)
         return flat.view(*x.shape[:-1], self.out_features)
 
     def nbytes(self) -> int:
-        return super().nbytes() + _nbytes(self.q, self.scales)
+        return super().nbytes() + _nbytes(self.q, self.scales, self.mins)
 
 
 class Int8WeightOnlyKernel(LinearKernel):

@@ -250,13 +250,15 @@ def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: At
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: PagedKVCache, layer: int,
-                    batch: AttentionBatch) -> torch.Tensor:
+                    batch: AttentionBatch, written: bool = False) -> torch.Tensor:
     """q: [T, H, E], k/v: [T, K, E] for the step's new tokens -> attention output [T, H, E].
 
-    Writes the new k/v into the cache, then attends each token to its own sequence's
-    context: decode tokens in one batched call, prefill chunks one sequence at a time.
+    Writes the new k/v into the cache (unless `written`: a fused kernel did), then attends each
+    token to its own sequence's context: decode tokens in one batched call, prefill chunks one
+    sequence at a time.
     """
-    cache.write(layer, batch.slot_mapping, k, v)
+    if not written:
+        cache.write(layer, batch.slot_mapping, k, v)
     nd = batch.num_decode
     if nd and not batch.prefills:
         return decode_attention(q, cache, layer, batch)

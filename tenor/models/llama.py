@@ -32,11 +32,20 @@ class LlamaBlock(nn.Module):
         h = rms_norm(x, self.attn_norm, c.norm_eps, batch.native)
         qkv = self.qkv(h)
         t = qkv.shape[0]
-        # q and k rotate together: one rotary call over [T, H + K, E].
-        qk = rotary.apply(qkv[:, : c.q_size + c.kv_size].view(t, -1, c.head_dim), cos, sin)
-        q, k = qk[:, : c.num_heads], qk[:, c.num_heads:]
-        v = qkv[:, c.q_size + c.kv_size:].view(t, c.num_kv_heads, c.head_dim)
-        attn = paged_attention(q, k, v, cache, self.index, batch)
+        if batch.native and qkv.dtype == torch.float32 and not cache.quantized and rotary.rot_dim == c.head_dim:
+            # One pass: rotate q and k in place, write k and v to the cache.
+            native.rotary_kv_write(qkv, cos, sin, cache.kv[self.index, 0], cache.kv[self.index, 1],
+                                   batch.slot_mapping, c.num_heads, c.num_kv_heads)
+            q = qkv[:, : c.q_size].view(t, c.num_heads, c.head_dim)
+            k = qkv[:, c.q_size: c.q_size + c.kv_size].view(t, c.num_kv_heads, c.head_dim)
+            v = qkv[:, c.q_size + c.kv_size:].view(t, c.num_kv_heads, c.head_dim)
+            attn = paged_attention(q, k, v, cache, self.index, batch, written=True)
+        else:
+            # q and k rotate together: one rotary call over [T, H + K, E].
+            qk = rotary.apply(qkv[:, : c.q_size + c.kv_size].view(t, -1, c.head_dim), cos, sin)
+            q, k = qk[:, : c.num_heads], qk[:, c.num_heads:]
+            v = qkv[:, c.q_size + c.kv_size:].view(t, c.num_kv_heads, c.head_dim)
+            attn = paged_attention(q, k, v, cache, self.index, batch)
         x = x + self.o(attn.reshape(t, c.q_size))
         h = rms_norm(x, self.mlp_norm, c.norm_eps, batch.native)
         return x + self.down(silu_mul(self.gate_up(h), batch.native))

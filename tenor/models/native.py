@@ -77,9 +77,10 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_rms_norm_f32.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, _F32]
     lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64]
     lib.tenor_paged_decode_attention_f32.argtypes = [_PTR] * 7 + [_I64] * 8 + [_F32, _I64]
-    lib.tenor_int8_block_linear_f32.argtypes = [_PTR] * 5 + [_I64] * 4
+    lib.tenor_u8_block_linear_f32.argtypes = [_PTR] * 6 + [_I64] * 4
+    lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 5
     for fn in (lib.tenor_rms_norm_f32, lib.tenor_silu_mul_f32, lib.tenor_paged_decode_attention_f32,
-               lib.tenor_int8_block_linear_f32):
+               lib.tenor_u8_block_linear_f32, lib.tenor_rotary_kv_write_f32):
         fn.restype = None
     return lib
 
@@ -105,6 +106,15 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty(rows, inter, dtype=gate_up.dtype)
     library().tenor_silu_mul_f32(_ptr(gate_up), _ptr(out), rows, inter)
     return out
+
+
+def rotary_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                    v_cache: torch.Tensor, slots: torch.Tensor, num_heads: int, num_kv_heads: int) -> None:
+    """In place: rotates the q and k heads of qkv [T, (H + 2K) * E] (Llama's rotate-half over whole
+    heads; cos, sin [T, E] contiguous with the sign in sin) and writes k, v to the cache [K, S, E]."""
+    dim = k_cache.shape[2]
+    library().tenor_rotary_kv_write_f32(_ptr(qkv), _ptr(cos), _ptr(sin), _ptr(k_cache), _ptr(v_cache), _ptr(slots),
+                                        qkv.shape[0], num_heads, num_kv_heads, dim, k_cache.shape[1])
 
 
 class DecodeScratch:
@@ -135,25 +145,44 @@ def paged_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ta
     return out
 
 
-INT8_BLOCK = 32  # weights per scale along the input dimension, as GGUF's Q8_0
+INT8_BLOCK = 32  # weights per scale and minimum along the input dimension, as GGUF's Q4_1 / Q8_1
 INT8_MAX_ROWS = 8  # the kernel keeps one accumulator per row
 
 
-def quantize_int8_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """weight [OUT, IN] (IN a multiple of 32) -> int8 [OUT, IN] and float32 scales [OUT, IN / 32],
-    one scale per 32 weights: weight ~= int8 * scale."""
+def quantize_u8_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """weight [OUT, IN] (IN a multiple of 32) -> uint8 [OUT, IN], scales and mins [OUT, IN / 32]
+    (float32): weight ~= u8 * scale + min, per block of 32.
+
+    Each block takes the better of two grids: from its minimum to its maximum in 255 steps (holds
+    a GGUF Q4_1 block exactly: 16 levels, 255 = 15 * 17), or symmetric around zero in steps of
+    absmax / 127 (holds a Q8_0 block exactly)."""
     out_features, in_features = weight.shape
     blocks = weight.float().reshape(out_features, in_features // INT8_BLOCK, INT8_BLOCK)
-    scales = blocks.abs().amax(dim=-1).clamp(min=1e-12) / 127.0
-    q = torch.round(blocks / scales[..., None]).clamp(-127, 127).to(torch.int8)
-    return q.reshape(out_features, in_features).contiguous(), scales.contiguous()
+    low, high = blocks.amin(dim=-1), blocks.amax(dim=-1)
+    absmax = torch.maximum(high, -low)
+    candidates = [(((high - low) / 255.0).clamp(min=1e-12), low),
+                  ((absmax / 127.0).clamp(min=1e-12), -127.0 * (absmax / 127.0).clamp(min=1e-12))]
+    best_q, best_scale, best_min, best_error = None, None, None, None
+    for scale, minimum in candidates:
+        q = torch.round((blocks - minimum[..., None]) / scale[..., None]).clamp(0, 255)
+        error = (q * scale[..., None] + minimum[..., None] - blocks).abs().amax(dim=-1)
+        if best_q is None:
+            best_q, best_scale, best_min, best_error = q, scale, minimum, error
+            continue
+        better = error < best_error
+        best_q = torch.where(better[..., None], q, best_q)
+        best_scale, best_min = torch.where(better, scale, best_scale), torch.where(better, minimum, best_min)
+        best_error = torch.minimum(error, best_error)
+    return (best_q.to(torch.uint8).reshape(out_features, in_features).contiguous(), best_scale.contiguous(),
+            best_min.contiguous())
 
 
-def int8_block_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor,
-                      bias: torch.Tensor | None) -> torch.Tensor:
+def u8_block_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
+                    bias: torch.Tensor | None) -> torch.Tensor:
     """x [R, IN] float32 contiguous, R <= INT8_MAX_ROWS -> [R, OUT]."""
     rows, out_features = x.shape[0], weight.shape[0]
     out = torch.empty(rows, out_features)
-    library().tenor_int8_block_linear_f32(_ptr(x), _ptr(weight), _ptr(scales), None if bias is None else _ptr(bias),
-                                         _ptr(out), rows, x.shape[1], out_features, torch.get_num_threads())
+    library().tenor_u8_block_linear_f32(_ptr(x), _ptr(weight), _ptr(scales), _ptr(mins),
+                                       None if bias is None else _ptr(bias), _ptr(out), rows, x.shape[1],
+                                       out_features, torch.get_num_threads())
     return out

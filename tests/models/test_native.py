@@ -61,14 +61,61 @@ def test_build_failure_is_reported_not_raised(monkeypatch, tmp_path):
 
 @needs_native
 @pytest.mark.parametrize("rows", [1, 3, 8])
-def test_int8_block_linear_matches_dequantized_weights(rows):
+def test_u8_block_linear_matches_dequantized_weights(rows):
     gen = torch.Generator().manual_seed(3)
     weight, bias = torch.randn(40, 96, generator=gen) * 0.05, torch.randn(40, generator=gen)
-    q, scales = native.quantize_int8_blocks(weight)
-    assert q.dtype == torch.int8 and scales.shape == (40, 3)
-    dequantized = (q.view(40, 3, 32).float() * scales[..., None]).view(40, 96)
-    assert (dequantized - weight).abs().max() <= scales.max() / 2 + 1e-7  # half a step at most
+    q, scales, mins = native.quantize_u8_blocks(weight)
+    assert q.dtype == torch.uint8 and scales.shape == mins.shape == (40, 3)
+    dequantized = (q.view(40, 3, 32).float() * scales[..., None] + mins[..., None]).view(40, 96)
+    assert (dequantized - weight).abs().max() <= scales.max() / 2 + 1e-6  # half a step at most
     x = torch.randn(rows, 96, generator=gen)
     expected = F.linear(x, dequantized, bias)
-    assert torch.allclose(native.int8_block_linear(x, q, scales, bias), expected, atol=1e-5)
-    assert torch.allclose(native.int8_block_linear(x, q, scales, None), expected - bias, atol=1e-5)
+    assert torch.allclose(native.u8_block_linear(x, q, scales, mins, bias), expected, atol=1e-5)
+    assert torch.allclose(native.u8_block_linear(x, q, scales, mins, None), expected - bias, atol=1e-5)
+
+
+def test_q4_1_blocks_land_on_the_u8_grid_exactly():
+    """A GGUF Q4_1 block is min + d * q4, q4 in 0..15: the 8-bit grid's step is d / 17."""
+    gen = torch.Generator().manual_seed(6)
+    d, low = torch.rand(8, 2, 1, generator=gen) * 0.01, torch.randn(8, 2, 1, generator=gen) * 0.1
+    q4 = torch.randint(0, 16, (8, 2, 32), generator=gen)
+    q4[..., 0], q4[..., 1] = 0, 15  # Q4_1 blocks span their own minimum and maximum
+    weight = (low + d * q4).reshape(8, 64)
+    q, scales, mins = native.quantize_u8_blocks(weight)
+    dequantized = (q.view(8, 2, 32).float() * scales[..., None] + mins[..., None]).view(8, 64)
+    assert torch.allclose(dequantized, weight, atol=1e-6)
+
+
+def test_q8_0_blocks_land_on_the_u8_grid_exactly():
+    """A GGUF Q8_0 block is d * q, q in -127..127 with some |q| = 127: the symmetric grid."""
+    gen = torch.Generator().manual_seed(7)
+    d = torch.rand(8, 2, 1, generator=gen) * 0.001
+    q8 = torch.randint(-127, 128, (8, 2, 32), generator=gen)
+    q8[..., 0] = 127
+    weight = (d * q8).reshape(8, 64)
+    q, scales, mins = native.quantize_u8_blocks(weight)
+    dequantized = (q.view(8, 2, 32).float() * scales[..., None] + mins[..., None]).view(8, 64)
+    assert torch.allclose(dequantized, weight, atol=1e-7)
+
+
+@needs_native
+def test_rotary_kv_write_matches_rotary_then_cache_write():
+    from tenor.models.layers import PagedKVCache, Rotary
+
+    gen = torch.Generator().manual_seed(5)
+    heads, kv_heads, dim, tokens = 6, 2, 16, 5
+    rotary = Rotary(dim, 64, 10000.0, None, interleaved=False)
+    positions = torch.tensor([0, 3, 7, 8, 40])
+    cos, sin = rotary.tables(positions)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen)
+    slots = torch.tensor([5, 0, 33, 17, 2])
+    expected_cache = PagedKVCache(1, 4, 16, kv_heads, dim, torch.float32)
+    qk = rotary.apply(qkv[:, : (heads + kv_heads) * dim].view(tokens, -1, dim), cos, sin)
+    v = qkv[:, (heads + kv_heads) * dim:].view(tokens, kv_heads, dim)
+    expected_cache.write(0, slots, qk[:, heads:], v)
+    cache = PagedKVCache(1, 4, 16, kv_heads, dim, torch.float32)
+    fused = qkv.clone()
+    native.rotary_kv_write(fused, cos, sin, cache.kv[0, 0], cache.kv[0, 1], slots, heads, kv_heads)
+    assert torch.allclose(fused[:, : (heads + kv_heads) * dim].view(tokens, -1, dim), qk, atol=1e-6)
+    assert torch.equal(fused[:, (heads + kv_heads) * dim:], qkv[:, (heads + kv_heads) * dim:])  # v untouched
+    assert torch.allclose(cache.kv, expected_cache.kv, atol=1e-6)
