@@ -202,9 +202,12 @@ class LLMEngine:
                 self._wake.set()
 
     async def score(self, prefix_token_ids: Seq[int], suffix_token_ids: Seq[int]) -> float:
+        return float(sum(await self.token_logprobs(prefix_token_ids, suffix_token_ids)))
+
+    async def token_logprobs(self, prefix_token_ids: Seq[int], suffix_token_ids: Seq[int]) -> tuple[float, ...]:
         prefix = list(prefix_token_ids)
         if not prefix:
-            bos = getattr(self.tokenizer, "bos_token_id", None)
+            bos = self.tokenizer.bos_token_id
             if bos is None:
                 raise InvalidRequestError("the prefix is empty and the model has no BOS token to score from")
             prefix = [bos]
@@ -214,11 +217,7 @@ class LLMEngine:
         self._check_token_ids(suffix_token_ids)
         total = len(prefix) + len(suffix_token_ids)
         self._admit_check(min(total, self.limits.max_prefill_predict_length), SamplingParams(max_tokens=1))
-        if total > self.limits.max_prefill_predict_length:
-            raise InvalidRequestError(
-                f"prefix + suffix is {total} tokens; this model scores at most "
-                f"{self.limits.max_prefill_predict_length}"
-            )
+        self.limits.check_score(len(prefix), len(suffix_token_ids))
         request = GenerateRequest(f"score-{next(_request_ids)}", tuple(prefix) + tuple(suffix_token_ids),
                                   SamplingParams(max_tokens=1))
         state = RequestState(request, asyncio.get_running_loop(), self.tokenizer, self._eos,
@@ -227,7 +226,7 @@ class LLMEngine:
         async for _ in self._stream(state):
             pass
         assert state.score is not None  # the stream ends only after finish_score (or raises)
-        return state.score
+        return state.score_logprobs
 
     # ---- the step thread -------------------------------------------------------------
     def _run(self, loop: asyncio.AbstractEventLoop, loaded: asyncio.Future) -> None:

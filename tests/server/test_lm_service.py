@@ -156,7 +156,7 @@ def test_bad_stream_request_fails_before_the_first_message():
         (lm_pb2.ScoreRequest(model_key=MODEL, prefix="ab", suffix=["c", ""]), "empty"),
         (lm_pb2.ScoreRequest(model_key=MODEL, prefix="ab", suffix=["c"], extra_inputs=extra(temperature=1)),
          "Score takes none"),
-        (lm_pb2.ScoreRequest(model_key=MODEL, prefix="a" * 600, suffix=["c"]), "maximum context"),
+        (lm_pb2.ScoreRequest(model_key=MODEL, prefix="a" * 600, suffix=["c"]), "scores at most 256"),
     ],
 )
 def test_bad_score_requests_are_invalid_argument(request_, words):
