@@ -9,12 +9,18 @@ checkpoint `None`; the others need a checkpoint (the default model knows where i
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
+from typing import Mapping
 
+from tenor import memory as memory_model
 from tenor.errors import UserError
 from tenor.models.config import ModelConfig, RopeScaling
 
 DTYPES = ("bfloat16", "float32")
+# Override keys that are the admin's own (`ram`: bytes a replica needs; `constraints`: tags a
+# server must have); every other override is a serving parameter of the servable config.
+ADMIN_KEYS = frozenset({"ram", "constraints"})
 TOKENIZERS = ("checkpoint", "bytes")  # bytes: UTF-8 bytes as ids (random test models)
 
 
@@ -57,11 +63,13 @@ class ServableConfig:
             raise UserError(f"bad override for {self.name}: {exc}") from None
 
     def weight_bytes(self) -> int:
-        """Approximate memory the weights take when loaded. A tied LM head counts twice: the
-        linear keeps its own oneDNN-packed copy beside the embedding table."""
-        config = self.model
-        tied_head = config.vocab_size * config.hidden_size if config.tie_word_embeddings else 0
-        return (config.num_parameters() + tied_head) * (2 if self.dtype == "bfloat16" else 4)
+        """Memory the weights take when loaded, from the config (see tenor.memory)."""
+        return memory_model.estimated_weight_bytes(self.model, self.dtype)
+
+    def memory(self, checkpoint: str | None = None, quantized_kv: bool = False) -> memory_model.ReplicaMemory:
+        """One replica's weights (by the checkpoint's real tensors when readable) and KV cache."""
+        return memory_model.replica_memory(self.model, self.dtype, self.max_batch_size, self.max_target_length,
+                                     checkpoint, quantized_kv)
 
 
 SMOLLM2_135M = ModelConfig(
@@ -103,6 +111,24 @@ LM_SPMD = ModelConfig(
 )
 
 _CONFIGS: dict[str, ServableConfig] = {}
+
+
+def parse_override_value(text: str) -> object:
+    """Overrides (`tenor publish ... key=value`) are JSON text; anything else is a plain string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def serving_overrides(overrides: Mapping[str, str]) -> dict[str, object]:
+    """The overrides the model server applies to the servable config (admin keys removed)."""
+    return {k: parse_override_value(v) for k, v in overrides.items() if k not in ADMIN_KEYS}
+
+
+def model_server_overrides(overrides: Mapping[str, str]) -> dict[str, str]:
+    """The raw strings sent in Modelet.Load / UpdateLoaded."""
+    return {k: v for k, v in overrides.items() if k not in ADMIN_KEYS}
 
 
 def register(config: ServableConfig) -> ServableConfig:

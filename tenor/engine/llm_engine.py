@@ -14,22 +14,31 @@ import itertools
 import logging
 import threading
 import time
-from typing import AsyncIterator, Sequence as Seq
+from typing import AsyncIterator
+from typing import Sequence as Seq
 
 import torch
 
 from tenor.engine.api import (
-    EngineLimits, EngineStats, EngineUnavailableError, GenerateRequest, HealthState,
-    InvalidRequestError, OverloadedError, RequestOutput, SamplingParams,
+    EngineLimits,
+    EngineStats,
+    EngineUnavailableError,
+    GenerateRequest,
+    HealthState,
+    InvalidRequestError,
+    OverloadedError,
+    RequestOutput,
+    SamplingParams,
 )
 from tenor.engine.block_manager import BlockManager
-from tenor.engine.factory import EngineOptions
 from tenor.engine.model_loader import LoadedModel, load_model
+from tenor.engine.options import EngineOptions
 from tenor.engine.request_state import RequestState
 from tenor.engine.runner import ModelRunner
 from tenor.engine.sampling import sample
 from tenor.engine.scheduler import Scheduler, SchedulerConfig
 from tenor.engine.sequence import Sequence
+from tenor.memory import default_kv_cache_bytes, kv_bytes_per_token
 from tenor.models.layers import PagedKVCache
 from tenor.registry import ServableConfig
 
@@ -85,9 +94,9 @@ class LLMEngine:
         self.tokenizer = loaded.tokenizer
         self._vocab_size = cfg.vocab_size
         self._eos = tuple(sorted(set(cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids)))
-        per_slot = PagedKVCache.bytes_per_slot(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, loaded.dtype,
-                                               self._options.quantize_kv_cache)
-        budget = self._options.kv_cache_bytes or default_kv_bytes(self.servable, per_slot)
+        per_slot = kv_bytes_per_token(cfg, str(loaded.dtype), self._options.quantize_kv_cache)
+        budget = self._options.kv_cache_bytes or default_kv_cache_bytes(
+            self.servable.max_batch_size, self.servable.max_target_length, per_slot)
         num_blocks = max(budget // (per_slot * BLOCK_SIZE), 1)
         if num_blocks * BLOCK_SIZE < self.servable.max_target_length:
             raise ValueError(
@@ -330,9 +339,3 @@ def group_rows(rows: list[tuple[Sequence, int]]) -> dict[Sequence, list[int]]:
     for i, (seq, _) in enumerate(rows):
         grouped.setdefault(seq, []).append(i)
     return grouped
-
-
-def default_kv_bytes(servable: ServableConfig, bytes_per_token: int) -> int:
-    """Enough for every slot at full context, capped at 2 GiB (set --kv-cache-gb for more)."""
-    want = servable.max_batch_size * servable.max_target_length * bytes_per_token
-    return min(want, 2 << 30)

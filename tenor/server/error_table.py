@@ -12,7 +12,11 @@ from dataclasses import dataclass
 
 import grpc
 
-from tenor.engine.api import EngineUnavailableError, InvalidRequestError, OverloadedError
+from tenor.engine.api import (
+    EngineUnavailableError,
+    InvalidRequestError,
+    OverloadedError,
+)
 from tenor.errors import UserError
 
 

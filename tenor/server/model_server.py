@@ -7,7 +7,7 @@ An optional HTTP port serves:
     /models/<model>/...       that model's own HTTP face (tenor.server.http.app.build_app):
                               /generate, /healthcheck, /metrics, /v1/completions, /v1/chat/completions,
                               /v1/models; <model> is the last part of /tenor/<cell>/<model>
-Membership is a `JoinLoop` thread (tenor.client.admin_client): it joins at start, again when
+Membership is a `JoinLoop` thread (tenor.server.join_loop): it joins at start, again when
 the admin moves, and every few seconds, so a new admin adopts what is loaded here.
 """
 
@@ -123,7 +123,7 @@ class ModelServer:
             self._start_join()
 
     def _start_join(self) -> None:
-        from tenor.client.admin_client import JoinLoop
+        from tenor.server.join_loop import JoinLoop
 
         spec = common_pb2.ServerSpec(
             platform=self.config.platform,

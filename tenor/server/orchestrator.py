@@ -15,7 +15,12 @@ from typing import Any, AsyncIterator, Callable, Protocol, Sequence
 
 import grpc
 
-from tenor.engine.api import EngineUnavailableError, HealthState, InvalidRequestError, SamplingParams
+from tenor.engine.api import (
+    EngineUnavailableError,
+    HealthState,
+    InvalidRequestError,
+    SamplingParams,
+)
 from tenor.proto import common_pb2, jetstream_pb2, jetstream_pb2_grpc
 from tenor.server.error_table import classify, client_message
 from tenor.server.pipeline import Prompt, RequestPipeline, TextPrompt, TokenPrompt

@@ -15,7 +15,7 @@ from typing import Protocol, Sequence
 
 from pydantic import BaseModel
 
-from tenor.engine.api import RequestOutput, SampleDelta, TokenLogprob, Tokenizer
+from tenor.engine.api import RequestOutput, SampleDelta, Tokenizer, TokenLogprob
 from tenor.server.http.context import ServerContext
 from tenor.server.http.generation import GenerationResult, SampleResult
 from tenor.server.http.schemas import (

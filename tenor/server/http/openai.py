@@ -20,7 +20,14 @@ from tenor.server.http.auth import ApiKeyGuard
 from tenor.server.http.context import ServerContext
 from tenor.server.http.disconnect import ClientDisconnected, cancel_on_disconnect
 from tenor.server.http.errors import bad_request, from_engine_error
-from tenor.server.http.formatters import ChatFormatter, CompletionFormatter, Echo, Formatter, dumps, merge_completions
+from tenor.server.http.formatters import (
+    ChatFormatter,
+    CompletionFormatter,
+    Echo,
+    Formatter,
+    dumps,
+    merge_completions,
+)
 from tenor.server.http.generation import Generation, GenerationStream
 from tenor.server.http.jetstream import CLIENT_CLOSED, aborted_error
 from tenor.server.http.sampling import openai_sampling, reject_unsupported
