@@ -185,10 +185,10 @@ async def _serve_in(
         if options.grpc_port is not None:
             grpc_server, grpc_port = await _start_grpc(app, options)
             stack.push_async_callback(grpc_server.stop, CLOSE_GRACE_S)
-            grpc_note = f" (JetStream gRPC on {options.host}:{grpc_port})"
+            grpc_note = f" (JetStream gRPC on {options.host}:{grpc_port})"  # before " at URL": parsers split there
 
         def announce() -> None:
-            print(f"tenor: serving {context_of(app).model_name} at {url}{grpc_note}", file=out, flush=True)
+            print(f"tenor: serving {context_of(app).model_name}{grpc_note} at {url}", file=out, flush=True)
 
         config = uvicorn.Config(
             app, lifespan="off", log_level=options.log_level, access_log=options.log_level in ("info", "debug"),

@@ -109,14 +109,17 @@ class Tokenizer:
 
     def token_bytes(self, token_id: int) -> bytes:
         """The token's own bytes. A token holding part of a character (a byte-fallback
-        token, or a byte-level piece) decodes to U+FFFD; its spelling gives its real bytes."""
-        text = self.decode([token_id], skip_special_tokens=False)
-        if "\ufffd" not in text:
-            return text.encode("utf-8")
+        token, or a byte-level piece) decodes to U+FFFD, and a SentencePiece word token
+        decodes without its leading space; its spelling gives its real bytes."""
         spelling = self.id_to_token(token_id) or ""
         byte = _BYTE_FALLBACK.fullmatch(spelling)
         if byte:
             return bytes([int(byte.group(1), 16)])
+        if "\u2581" in spelling and not self.is_special(token_id):
+            return spelling.replace("\u2581", " ").encode("utf-8")
+        text = self.decode([token_id], skip_special_tokens=False)
+        if "\ufffd" not in text:
+            return text.encode("utf-8")
         alphabet = _byte_level_alphabet()
         if spelling and all(char in alphabet for char in spelling):
             return bytes(alphabet[char] for char in spelling)
