@@ -58,21 +58,24 @@ def test_kv_bytes_per_token(dtype, quantized, expected):
     assert memory.kv_bytes_per_token(registry.TINY_LLAMA, dtype, quantized) == expected
 
 
+def placed(checkpoint) -> int:
+    return placement_of(ModelSpec.make("/tenor/test/gptj", "gptj.GPTJ6B_BF16", str(checkpoint), 1)).memory_bytes
+
+
 def test_a_tiny_gptj_checkpoint_is_placed_by_its_real_size(tmp_path):
     make_gptj(tmp_path / "hf")
     for name, flags in (("float", []), ("int8", ["--quantize", "int8"])):
         assert main(["convert", str(tmp_path / "hf"), str(tmp_path / name), "--no-progress", *flags]) == 0
-    spec = ModelSpec.make("/tenor/test/gptj", "gptj.GPTJ6B_BF16", str(tmp_path / "float"), 1)
-    real = placement_of(spec).memory_bytes
+    real = placed(tmp_path / "float")
     # Weights of kilobytes, and the KV cache of the checkpoint's own shape over GPT-J's 32
     # slots x 2048 tokens (2 layers x 2 x 4 heads x 8 x 2 bytes a token): not GPT-J 6B's 12 GB.
     kv = 32 * 2048 * (2 * 2 * 4 * 8 * 2)
     assert kv < real < kv + (1 << 20)
     tensors = memory.checkpoint_tensors(tmp_path / "float")
     assert memory.loaded_weight_bytes(tensors, "bfloat16") == sum(t.numel for t in tensors) * 2
-    quantized = placement_of(ModelSpec.make("/tenor/test/gptj", "gptj.GPTJ6B_BF16", str(tmp_path / "int8"), 1))
+    quantized = placed(tmp_path / "int8")
     assert quantized < real  # int8 weights count one byte, not two
-    unreadable = placement_of(ModelSpec.make("/tenor/test/gptj", "gptj.GPTJ6B_BF16", str(tmp_path / "nope"), 1))
+    unreadable = placed(tmp_path / "nope")
     assert unreadable > 10 << 30  # no checkpoint at hand: the config's size
 
 
