@@ -106,7 +106,9 @@ class LMService(lm_pb2_grpc.LMServiceServicer):
             raise
         model.record_latency(time.monotonic() - started)
 
-    async def Generate(self, request: lm_pb2.GenerateRequest, context: grpc.aio.ServicerContext) -> lm_pb2.GenerateResponse:
+    async def Generate(
+        self, request: lm_pb2.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> lm_pb2.GenerateResponse:
         async with self._serving(request.model_key, context) as model:
             pipeline = model.pipeline
             samples = Samples(pipeline, _sampling(request).n)

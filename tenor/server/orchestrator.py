@@ -49,7 +49,9 @@ def decode_sampling(request: jetstream_pb2.DecodeRequest) -> SamplingParams:
     return SamplingParams(max_tokens=max_tokens, n=request.num_samples or 1)
 
 
-async def decode(pipeline: RequestPipeline, request: jetstream_pb2.DecodeRequest) -> AsyncIterator[jetstream_pb2.DecodeResponse]:
+async def decode(
+    pipeline: RequestPipeline, request: jetstream_pb2.DecodeRequest
+) -> AsyncIterator[jetstream_pb2.DecodeResponse]:
     """One DecodeResponse per engine output, with every sample's new text and ids."""
     prompt, ids_only = decode_prompt(pipeline, request)
     sampling = decode_sampling(request)

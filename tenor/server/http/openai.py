@@ -114,7 +114,7 @@ async def _respond(
     try:
         generation = await cancel_on_disconnect(request, Generation.start(ctx.pipeline, engine_request, timer))
         if stream:
-            return GenerationStream(generation, _sse(generation, formatter, include_usage), SSE, headers)
+            return GenerationStream(generation, _sse([generation], [formatter], include_usage), SSE, headers)
         result = await cancel_on_disconnect(request, generation.collect())
     except ClientDisconnected:
         return Response(status_code=CLIENT_CLOSED)
@@ -123,27 +123,33 @@ async def _respond(
     return _json(formatter.response(result), headers)
 
 
-async def _sse(generation: Generation, formatter: Formatter, include_usage: bool) -> AsyncIterator[str]:
+async def _sse(generations: Sequence[Generation], formatters: Sequence[Formatter],
+               include_usage: bool) -> AsyncIterator[str]:
+    """The SSE body of one request or of a batch of prompts (each generation in turn; their
+    choice indices tell them apart)."""
     generated = 0
+    aborted = False
     try:
-        for chunk in formatter.opening_chunks(generation.request.sampling.n):
-            yield _event(chunk)
-        async for output in generation.outputs():
-            generated += sum(len(delta.token_ids) for delta in output.deltas)
-            for chunk in formatter.chunks(output):
+        for generation, formatter in zip(generations, formatters, strict=True):
+            for chunk in formatter.opening_chunks(generation.request.sampling.n):
                 yield _event(chunk)
-            if any(delta.finish_reason is FinishReason.ABORT for delta in output.deltas):
-                yield _event(aborted_error().body)
+            async for output in generation.outputs():
+                generated += sum(len(delta.token_ids) for delta in output.deltas)
+                for chunk in formatter.chunks(output):
+                    yield _event(chunk)
+                if any(delta.finish_reason is FinishReason.ABORT for delta in output.deltas):
+                    yield _event(aborted_error().body)
+                    aborted = True
+                    break
+            if aborted:
                 break
         if include_usage:
-            usage = Usage(
-                prompt_tokens=generation.num_prompt_tokens,
-                completion_tokens=generated,
-                total_tokens=generation.num_prompt_tokens + generated,
-            )
-            yield _event(formatter.usage_chunk(usage))
+            prompt_tokens = sum(g.num_prompt_tokens for g in generations)
+            usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=generated,
+                          total_tokens=prompt_tokens + generated)
+            yield _event(formatters[0].usage_chunk(usage))
     except Exception as exc:  # the engine failed mid-stream; the status line is long gone
-        log.exception("request %s failed mid-stream", generation.request.request_id)
+        log.exception("request %s failed mid-stream", generations[0].request.request_id)
         yield _event(from_engine_error(exc).body)
     yield "data: [DONE]\n\n"
 
@@ -211,10 +217,10 @@ async def _respond_batch(
     generations: list[Generation] = []
     try:
         for engine_request in engine_requests:
-            timer = ctx.metrics.start_request()
-            generations.append(await cancel_on_disconnect(request, Generation.start(ctx.pipeline, engine_request, timer)))
+            started = Generation.start(ctx.pipeline, engine_request, ctx.metrics.start_request())
+            generations.append(await cancel_on_disconnect(request, started))
         if stream:
-            body = _sse_batch(generations, formatters, include_usage)
+            body = _sse(generations, formatters, include_usage)
             return _BatchStream(generations, body, SSE, {"X-Request-Id": engine_requests[0].request_id})
         results = await cancel_on_disconnect(request, asyncio.gather(*(g.collect() for g in generations)))
     except ClientDisconnected:
@@ -246,30 +252,6 @@ class _BatchStream(GenerationStream):
 async def _close_all(generations: list[Generation]) -> None:
     for generation in generations:
         await generation.aclose()
-
-
-async def _sse_batch(generations: list[Generation], formatters: list[CompletionFormatter],
-                     include_usage: bool) -> AsyncIterator[str]:
-    prompt_tokens = sum(g.num_prompt_tokens for g in generations)
-    generated = 0
-    try:
-        for generation, formatter in zip(generations, formatters):
-            async for output in generation.outputs():
-                generated += sum(len(delta.token_ids) for delta in output.deltas)
-                for chunk in formatter.chunks(output):
-                    yield _event(chunk)
-                if any(delta.finish_reason is FinishReason.ABORT for delta in output.deltas):
-                    yield _event(aborted_error().body)
-                    yield "data: [DONE]\n\n"
-                    return
-        if include_usage:
-            usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=generated,
-                          total_tokens=prompt_tokens + generated)
-            yield _event(formatters[0].usage_chunk(usage))
-    except Exception as exc:  # the engine failed mid-stream; the status line is long gone
-        log.exception("a batched completion failed mid-stream")
-        yield _event(from_engine_error(exc).body)
-    yield "data: [DONE]\n\n"
 
 
 def _reject_unsupported_completion(body: CompletionRequest) -> None:
