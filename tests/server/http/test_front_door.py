@@ -144,3 +144,16 @@ async def test_every_500_is_logged_with_its_traceback(caplog):
                                         "code": "internal_error"}
     logged = [r for r in caplog.records if r.exc_info and r.exc_info[0] is ZeroDivisionError]
     assert len(logged) == 2 and "/v1/completions" in logged[0].getMessage()
+
+
+@pytest.mark.anyio
+async def test_a_tokenized_config_reads_and_writes_ids_over_http():
+    async with asgi_client(tokenized=True) as (client, _):
+        seed = await client.post("/generate", json={"prompt": "100,101", "max_tokens": 3})
+        completion = await client.post("/v1/completions", json={"prompt": "100, 101", "max_tokens": 2})
+        text = await client.post("/generate", json={"prompt": "hello", "max_tokens": 3})
+        chat = await client.post("/v1/chat/completions", json=CHAT)
+    assert seed.json() == {"response": "102,103,104"}
+    assert completion.json()["choices"][0]["text"] == "102,103"
+    assert text.status_code == 400 and "this model reads token ids" in text.json()["error"]["message"]
+    assert chat.status_code == 400 and "no chat template" in chat.json()["error"]["message"]
