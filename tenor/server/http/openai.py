@@ -28,7 +28,7 @@ from tenor.server.http.formatters import (
     dumps,
     merge_completions,
 )
-from tenor.server.http.generation import Generation, GenerationStream
+from tenor.server.http.generation import Generation, GenerationResult, GenerationStream, SampleResult
 from tenor.server.http.jetstream import CLIENT_CLOSED, aborted_error
 from tenor.server.http.sampling import openai_sampling, reject_unsupported
 from tenor.server.http.schemas import (
@@ -69,7 +69,9 @@ def build_router(ctx: ServerContext, guard: ApiKeyGuard) -> APIRouter:
         _reject_unsupported_completion(body)
         prompts = [ctx.pipeline.prompt_ids(prompt) for prompt in _completion_prompts(body.prompt)]
         max_tokens = 16 if body.max_tokens is None else body.max_tokens
-        sampling = openai_sampling(body, max_tokens, body.logprobs)
+        # echo with max_tokens 0 only scores the prompt (lm-eval-harness' loglikelihood requests).
+        score_only = body.echo and max_tokens == 0
+        sampling = openai_sampling(body, 1 if score_only else max_tokens, body.logprobs)
         engine_requests = [ctx.new_request("cmpl", ids, sampling) for ids in prompts]
         request_id = engine_requests[0].request_id
         formatters = [
@@ -77,6 +79,8 @@ def build_router(ctx: ServerContext, guard: ApiKeyGuard) -> APIRouter:
                                 echo=await _echo(ctx, ids, body) if body.echo else None)
             for i, ids in enumerate(prompts)
         ]
+        if score_only:
+            return _echo_only(engine_requests, formatters, body.stream, _include_usage(body))
         if len(engine_requests) == 1:
             timer = ctx.metrics.start_request()
             return await _respond(ctx, request, body.stream, _include_usage(body), engine_requests[0], timer,
@@ -232,6 +236,25 @@ async def _respond_batch(
     if any(sample.finish_reason is FinishReason.ABORT for result in results for sample in result.samples):
         raise aborted_error()
     return _json(merge_completions([f.response(r) for f, r in zip(formatters, results)]))
+
+
+def _echo_only(engine_requests: list[GenerateRequest], formatters: list[CompletionFormatter], stream: bool,
+               include_usage: bool) -> Response:
+    """The prompts echoed (with their logprobs when asked), nothing generated."""
+    n = engine_requests[0].sampling.n
+    completions = [
+        formatter.response(GenerationResult(engine_request.request_id, len(engine_request.prompt_token_ids),
+                                            tuple(SampleResult(j, finish_reason=FinishReason.LENGTH)
+                                                  for j in range(n))))
+        for engine_request, formatter in zip(engine_requests, formatters, strict=True)
+    ]
+    merged = merge_completions(completions)
+    if not stream:
+        return _json(merged)
+    events = [_event(merged.model_copy(update={"choices": [choice], "usage": None})) for choice in merged.choices]
+    if include_usage:
+        events.append(_event(merged.model_copy(update={"choices": []})))
+    return Response("".join(events) + "data: [DONE]\n\n", media_type=SSE)
 
 
 class _BatchStream(GenerationStream):

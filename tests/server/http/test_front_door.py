@@ -157,3 +157,16 @@ async def test_a_tokenized_config_reads_and_writes_ids_over_http():
     assert completion.json()["choices"][0]["text"] == "102,103"
     assert text.status_code == 400 and "this model reads token ids" in text.json()["error"]["message"]
     assert chat.status_code == 400 and "no chat template" in chat.json()["error"]["message"]
+
+
+def test_echo_with_zero_max_tokens_only_scores_the_prompts(client, server):
+    """lm-eval-harness' loglikelihood requests: echo, max_tokens 0, logprobs."""
+    completion = client.completions.create(model="smol", prompt=["abc", "xy"], max_tokens=0, echo=True, logprobs=0)
+    assert [(c.index, c.text) for c in completion.choices] == [(0, "abc"), (1, "xy")]
+    assert completion.choices[0].logprobs.token_logprobs == [None, -0.25, -0.25]
+    assert completion.usage.completion_tokens == 0 and completion.usage.prompt_tokens == 5
+    stream = httpx.post(server.url + "/v1/completions", json={"prompt": "abc", "max_tokens": 0, "echo": True,
+                                                              "stream": True})
+    assert stream.text.endswith("data: [DONE]\n\n") and '"text":"abc"' in stream.text
+    refused = httpx.post(server.url + "/v1/completions", json={"prompt": "abc", "max_tokens": 0})
+    assert refused.status_code == 400
