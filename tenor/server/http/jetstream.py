@@ -38,7 +38,7 @@ from tenor.server.http.errors import ApiError, from_engine_error
 from tenor.server.http.generation import Generation, GenerationStream
 from tenor.server.http.sampling import stop_strings, top_k_value
 from tenor.server.http.schemas import DecodeBody, GenerateBody
-from tenor.server.orchestrator import decode, decode_prompt
+from tenor.server.orchestrator import decode
 from tenor.server.pipeline import TextPrompt
 
 log = logging.getLogger(__name__)
@@ -96,10 +96,8 @@ def build_router(ctx: ServerContext, guard: ApiKeyGuard) -> APIRouter:
     @router.post("/v1/generate", dependencies=[Depends(guard)])
     async def v1_generate(body: DecodeBody) -> Response:
         ctx.admit()
-        decode_request = body.to_proto()
-        decode_prompt(ctx.pipeline, decode_request)  # a bad request is a 400, before the stream starts
-        responses = decode(ctx.pipeline, decode_request)
-        try:
+        responses = decode(ctx.pipeline, body.to_proto())
+        try:  # the first response comes before the status line: a bad request is still a 400
             first = await anext(responses)
         except StopAsyncIteration:
             first = None
