@@ -108,6 +108,15 @@ def test_port_in_use(capsys):
     assert_one_line_error(code, err, f"port {port} on 127.0.0.1 is already in use")
 
 
+def test_grpc_port_in_use(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err = run_main(capsys, "--model", "test.TinyLlamaRandom", "--port", "0", "--grpc-port", str(port))
+    assert_one_line_error(code, err, f"cannot listen for gRPC on 127.0.0.1:{port}")
+
+
 @pytest.mark.parametrize(
     "flags, fragment",
     [
