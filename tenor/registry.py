@@ -9,13 +9,19 @@ checkpoint `None`; the others need a checkpoint (the default model knows where i
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
+from typing import Mapping
 
+from tenor import memory as memory_model
 from tenor.errors import UserError
 from tenor.hardware import DTYPE_CHOICES, QUANTIZE_CHOICES
 from tenor.models.config import ModelConfig, RopeScaling
 
 DTYPES = DTYPE_CHOICES  # "auto": bfloat16 where the CPU computes it natively, else float32
+# Override keys that are the admin's own (`ram`: bytes a replica needs; `constraints`: tags a
+# server must have); every other override is a serving parameter of the servable config.
+ADMIN_KEYS = frozenset({"ram", "constraints"})
 TOKENIZERS = ("checkpoint", "bytes")  # bytes: UTF-8 bytes as ids (random test models)
 
 
@@ -24,7 +30,7 @@ class ServableConfig:
     name: str
     model: ModelConfig
     dtype: str = "auto"  # activations (and dense weights); see tenor.hardware
-    quantize: str = "auto"  # linear weights: "none" (in `dtype`), "fp16" (FBGEMM), "auto"
+    quantize: str = "auto"  # linear weights: "none" (in `dtype`), "fp16" (FBGEMM), "int8", "auto"
     max_batch_size: int = 32  # decode slots
     max_prefill_predict_length: int = 1024  # longest prompt, tokens
     max_target_length: int = 2048  # prompt + generated, tokens
@@ -61,13 +67,13 @@ class ServableConfig:
             raise UserError(f"bad override for {self.name}: {exc}") from None
 
     def weight_bytes(self) -> int:
-        """Approximate memory the weights take when loaded. A tied LM head counts twice: the
-        linear keeps its own packed copy beside the embedding table. Under "auto" the linears
-        take 2 bytes a weight on any CPU (bf16, or fp16 beside float32 activations)."""
-        config = self.model
-        tied_head = config.vocab_size * config.hidden_size if config.tie_word_embeddings else 0
-        full_width = self.dtype == "float32" and self.quantize == "none"
-        return (config.num_parameters() + tied_head) * (4 if full_width else 2)
+        """Memory the weights take when loaded, from the config (see tenor.memory)."""
+        return memory_model.estimated_weight_bytes(self.model, self.dtype)
+
+    def memory(self, checkpoint: str | None = None, quantized_kv: bool = False) -> memory_model.ReplicaMemory:
+        """One replica's weights (by the checkpoint's real tensors when readable) and KV cache."""
+        return memory_model.replica_memory(self.model, self.dtype, self.max_batch_size, self.max_target_length,
+                                     checkpoint, quantized_kv)
 
 
 SMOLLM2_135M = ModelConfig(
@@ -111,6 +117,24 @@ LM_SPMD = ModelConfig(
 _CONFIGS: dict[str, ServableConfig] = {}
 
 
+def parse_override_value(text: str) -> object:
+    """Overrides (`tenor publish ... key=value`) are JSON text; anything else is a plain string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def serving_overrides(overrides: Mapping[str, str]) -> dict[str, object]:
+    """The overrides the model server applies to the servable config (admin keys removed)."""
+    return {k: parse_override_value(v) for k, v in overrides.items() if k not in ADMIN_KEYS}
+
+
+def model_server_overrides(overrides: Mapping[str, str]) -> dict[str, str]:
+    """The raw strings sent in Modelet.Load / UpdateLoaded."""
+    return {k: v for k, v in overrides.items() if k not in ADMIN_KEYS}
+
+
 def register(config: ServableConfig) -> ServableConfig:
     if config.name in _CONFIGS:
         raise ValueError(f"servable config {config.name} registered twice")
@@ -120,13 +144,15 @@ def register(config: ServableConfig) -> ServableConfig:
 
 register(ServableConfig("llama.SmolLM2_135M_Instruct", SMOLLM2_135M, max_batch_size=64,
                         max_prefill_predict_length=2048, max_target_length=4096, default_checkpoint="default"))
-register(ServableConfig("gptj.GPTJ6B_BF16", GPTJ_6B, max_batch_size=32,
+# The *_BF16 presets keep the dtype their names promise (SAX's convention); the default model
+# runs in whatever precision suits the CPU it finds ("auto").
+register(ServableConfig("gptj.GPTJ6B_BF16", GPTJ_6B, dtype="bfloat16", max_batch_size=32,
                         max_prefill_predict_length=1024, max_target_length=2048))
-register(ServableConfig("gptj.GPTJ6B_Tokenized_BF16", GPTJ_6B, max_batch_size=32, tokenized=True,
+register(ServableConfig("gptj.GPTJ6B_Tokenized_BF16", GPTJ_6B, dtype="bfloat16", max_batch_size=32, tokenized=True,
                         max_prefill_predict_length=1024, max_target_length=2048))
-register(ServableConfig("llama.Llama2_70B_BF16", LLAMA2_70B, max_batch_size=32,
+register(ServableConfig("llama.Llama2_70B_BF16", LLAMA2_70B, dtype="bfloat16", max_batch_size=32,
                         max_prefill_predict_length=1024, max_target_length=4096))
-register(ServableConfig("llama.Llama31_405B_BF16", LLAMA31_405B, max_batch_size=16,
+register(ServableConfig("llama.Llama31_405B_BF16", LLAMA31_405B, dtype="bfloat16", max_batch_size=16,
                         max_prefill_predict_length=1024, max_target_length=8192))
 register(ServableConfig("test.TinyLlamaRandom", TINY_LLAMA, dtype="float32", quantize="none", max_batch_size=8,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import uuid
 
-from tenor.engine.api import GenerateRequest, SamplingParams
+from tenor.engine.api import SamplingParams
 from tenor.hardware import DTYPE_CHOICES, QUANTIZE_CHOICES
 
 
@@ -51,28 +50,17 @@ def run(args: argparse.Namespace) -> int:
 
 async def _generate(servable, checkpoint, prompt: str, chat: bool, sampling: SamplingParams) -> list[dict]:
     from tenor.engine.factory import EngineOptions, create_engine
-    from tenor.tokenizer import format_token_ids, parse_token_ids
+    from tenor.server.pipeline import ChatPrompt, RequestPipeline, TextPrompt
 
     engine = create_engine(servable, checkpoint, EngineOptions(warmup=False, max_waiting=1))
     await engine.start()
     try:
-        if servable.tokenized:
-            ids = parse_token_ids(prompt)
-        elif chat:
-            text = engine.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
-            ids = engine.tokenizer.encode(text, add_special_tokens=False)
+        pipeline = RequestPipeline(engine, servable.tokenized)
+        if chat:
+            ids = pipeline.prompt_ids(ChatPrompt(({"role": "user", "content": prompt},), field="PROMPT"))
         else:
-            ids = engine.tokenizer.encode(prompt)
-        texts = [""] * sampling.n
-        tokens: list[list[int]] = [[] for _ in range(sampling.n)]
-        scores = [0.0] * sampling.n
-        async for output in engine.generate(GenerateRequest(f"gen-{uuid.uuid4().hex}", tuple(ids), sampling)):
-            for delta in output.deltas:
-                texts[delta.index] += delta.text
-                tokens[delta.index].extend(delta.token_ids)
-                scores[delta.index] = delta.cumulative_logprob
+            ids = pipeline.prompt_ids(TextPrompt(prompt, field="PROMPT"))
+        samples = await pipeline.collect(pipeline.request("gen", ids, sampling))
     finally:
         await engine.stop()
-    if servable.tokenized:
-        texts = [format_token_ids(t) for t in tokens]
-    return [{"text": t, "token_ids": ids, "score": s} for t, ids, s in zip(texts, tokens, scores)]
+    return [{"text": s.text, "token_ids": s.token_ids, "score": s.cumulative_logprob} for s in samples]

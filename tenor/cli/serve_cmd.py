@@ -55,6 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--quantize-kv-cache", action="store_true", help="keep the KV cache in int8")
     parser.add_argument("--drain-timeout", type=float, default=10.0,
                         help="seconds in-flight requests may take to finish after SIGTERM (default: 10)")
+    parser.add_argument("--grpc-port", type=int, default=None,
+                        help="also serve JetStream's gRPC Orchestrator (Decode, HealthCheck) on this port; 0 picks one")
     parser.set_defaults(func=run)
 
 
@@ -71,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         api_key=args.api_key,
         drain_timeout_s=args.drain_timeout,
+        grpc_port=args.grpc_port,
+        tokenized=servable.tokenized,
     )
 
 

@@ -170,13 +170,6 @@ class PagedKVCache:
         self._gathered = torch.empty(0, dtype=dtype)  # read_blocks' scratch, grown on demand
         self.native_scratch = native.DecodeScratch()
 
-    @staticmethod
-    def bytes_per_slot(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
-                       quantized: bool) -> int:
-        item = 1 if quantized else torch.empty(0, dtype=dtype).element_size()
-        scale = torch.empty(0, dtype=dtype).element_size() if quantized else 0
-        return num_layers * 2 * num_kv_heads * (head_dim * item + scale)
-
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """k, v: [T, K, E] for the tokens going to `slots` [T]."""
         kv = torch.stack([k, v]).transpose(1, 2)  # [2, K, T, E]

@@ -7,7 +7,7 @@ An optional HTTP port serves:
     /models/<model>/...       that model's own HTTP face (tenor.server.http.app.build_app):
                               /generate, /healthcheck, /metrics, /v1/completions, /v1/chat/completions,
                               /v1/models; <model> is the last part of /tenor/<cell>/<model>
-Membership is a `JoinLoop` thread (tenor.client.admin_client): it joins at start, again when
+Membership is a `JoinLoop` thread (tenor.server.join_loop): it joins at start, again when
 the admin moves, and every few seconds, so a new admin adopts what is loaded here.
 """
 
@@ -28,9 +28,10 @@ from prometheus_client.registry import Collector
 
 from tenor.engine.api import HealthState
 from tenor.errors import UserError
-from tenor.proto import common_pb2, lm_pb2_grpc, modelet_pb2_grpc
+from tenor.proto import common_pb2, jetstream_pb2_grpc, lm_pb2_grpc, modelet_pb2_grpc
 from tenor.server.lm_service import LMService
 from tenor.server.modelet_service import ModeletService, ModelTable, Status, model_state
+from tenor.server.orchestrator import jetstream_orchestrator
 
 log = logging.getLogger(__name__)
 PLATFORMS = ("cpu", "cuda")
@@ -105,6 +106,7 @@ class ModelServer:
         self._grpc = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         lm_pb2_grpc.add_LMServiceServicer_to_server(LMService(self.table), self._grpc)
         modelet_pb2_grpc.add_ModeletServicer_to_server(ModeletService(self.table), self._grpc)
+        jetstream_pb2_grpc.add_OrchestratorServicer_to_server(jetstream_orchestrator(self.table), self._grpc)
         if self.config.port:
             bound_socket(self.config.host, self.config.port).close()  # a clear error for a taken port
         try:
@@ -121,7 +123,7 @@ class ModelServer:
             self._start_join()
 
     def _start_join(self) -> None:
-        from tenor.client.admin_client import JoinLoop
+        from tenor.server.join_loop import JoinLoop
 
         spec = common_pb2.ServerSpec(
             platform=self.config.platform,
@@ -205,7 +207,8 @@ class HttpFace:
                 changed = True
         for key, model in loaded.items():
             if key not in self._mounted:
-                self._mounted[key] = (model.engine, build_app(model.engine, served_model_name=model.name))
+                app = build_app(model.engine, served_model_name=model.name, tokenized=model.servable.tokenized)
+                self._mounted[key] = (model.engine, app)
                 changed = True
         if changed:
             mounts = [Mount(f"/models/{key}", app=app) for key, (_, app) in sorted(self._mounted.items())]
