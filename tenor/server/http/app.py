@@ -30,7 +30,9 @@ def build_app(engine: Engine, *, served_model_name: str | None = None, api_key: 
     ctx = ServerContext(engine=engine, model_name=name, metrics=ServerMetrics(engine))
     guard = ApiKeyGuard(api_key)
 
-    app = FastAPI(title="tenor", summary=f"serving {name}")
+    # With a key, the schema and its viewers are closed too: they would tell strangers what is served.
+    docs = {} if api_key is None else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="tenor", summary=f"serving {name}", **docs)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.state.tenor = ctx
     install_error_handlers(app)
