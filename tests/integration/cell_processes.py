@@ -20,6 +20,7 @@ from tenor.client import ClientOptions, Model
 from tenor.client.admin_client import AdminClient
 from tenor.proto import common_pb2, modelet_pb2, modelet_pb2_grpc
 from tests.fakes.cell import REPO_ROOT, AdminProcess, free_port, wait_until
+from tests.fakes.token import bearer
 
 CONFIG = "test.TinyLlamaRandom"
 LOADED = common_pb2.ModelStatus.LOADED
@@ -34,6 +35,7 @@ class ModelServerProcess:
     """One `tenor model-server serve` process on a free loopback port."""
 
     def __init__(self, root: str, cell: str) -> None:
+        self.root, self.cell = root, cell
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.args = [sys.executable, "-m", "tenor.cli.main", "model-server", "serve", "--cell", cell, "--root", root,
@@ -63,7 +65,8 @@ class ModelServerProcess:
     def states(self) -> dict[str, modelet_pb2.ModelState]:
         """What the server itself says it holds, straight from its Modelet service."""
         with grpc.insecure_channel(self.address) as channel:
-            reply = modelet_pb2_grpc.ModeletStub(channel).GetStatus(modelet_pb2.GetStatusRequest(), timeout=2)
+            reply = modelet_pb2_grpc.ModeletStub(channel).GetStatus(modelet_pb2.GetStatusRequest(), timeout=2,
+                                                                    metadata=bearer(self.root, self.cell))
         return {m.model_name: m for m in reply.models}
 
 
