@@ -85,7 +85,8 @@ class TokenSource:
         self.last_error = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.reload()
+        if not self.reload():  # at start, an unreadable token is the user's error, said once
+            raise ValueError(f"cannot read the cell token from {description}: {self.last_error}")
 
     @classmethod
     def fixed(cls, tokens: TokenSet, description: str) -> "TokenSource":
@@ -98,20 +99,19 @@ class TokenSource:
 
         return cls(read, f"token file {path}")
 
-    def reload(self) -> None:
+    def reload(self) -> bool:
         try:
             tokens = self._read()
-        except (OSError, ValueError) as exc:
-            self.last_error = str(exc)
-            log.warning("cannot read the cell token from %s: %s", self.description, exc)
-            return
-        except Exception as exc:  # a store's own error type (StoreError): same rule
-            self.last_error = str(exc)
-            log.warning("cannot read the cell token from %s: %s", self.description, exc)
-            return
+        except Exception as exc:  # OSError, ValueError, a store's StoreError: keep the last good set
+            error = getattr(exc, "strerror", None) or str(exc)
+            if error != self.last_error and self._thread is not None:
+                log.warning("cannot read the cell token from %s (keeping the last one): %s", self.description, error)
+            self.last_error = error
+            return False
         with self._lock:
             self._tokens = tokens
         self.last_error = ""
+        return True
 
     def start(self) -> "TokenSource":
         if self._thread is None:
