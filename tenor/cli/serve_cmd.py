@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from tenor import registry
+from tenor.cli.connection_flags import add_connection_flags, connection_limits_from
 from tenor.engine.factory import EngineOptions, create_engine
 from tenor.errors import UserError
 from tenor.registry import ServableConfig
@@ -49,10 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--quantize-kv-cache", action="store_true", help="keep the KV cache in int8")
     parser.add_argument("--drain-timeout", type=float, default=10.0,
                         help="seconds in-flight requests may take to finish after SIGTERM (default: 10)")
+    add_connection_flags(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    limits = connection_limits_from(args)
     servable, checkpoint = resolve_model(args.model)
     if args.dtype is not None:
         servable = servable.with_overrides(dtype=args.dtype)
@@ -63,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         api_key=args.api_key,
         drain_timeout_s=args.drain_timeout,
+        limits=limits,
     )
 
 

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from tenor.auth.channels import CellAccess, CellCredentials, open_access
 from tenor.engine.api import HealthState
+from tenor.server.http.connection_limits import ConnectionLimits
 from tenor.errors import UserError
 from tenor.proto import common_pb2, lm_pb2_grpc, modelet_pb2_grpc
 from tenor.server.lm_service import LMService
@@ -51,6 +52,7 @@ class ModelServerConfig:
     rejoin_s: float = 2.0
     drain_timeout_s: float = 5.0  # requests in flight get this long when a model is unloaded
     credentials: CellCredentials = field(default_factory=CellCredentials)
+    http_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:
@@ -148,7 +150,10 @@ class ModelServer:
 
         sock = bound_socket(self.config.host, self.config.http_port or 0)
         self.http_address = advertised(self.config.host, sock.getsockname()[1])
-        config = uvicorn.Config(build_face(self.table), log_level="warning", lifespan="off")
+        from tenor.server.http.connection_limits import uvicorn_options
+
+        config = uvicorn.Config(build_face(self.table, self.config.http_limits.body_timeout_s), log_level="warning",
+                                lifespan="off", **uvicorn_options(self.config.http_limits))
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
         while not self._http.started and not self._http_task.done():
@@ -172,11 +177,12 @@ class HttpFace:
     """The server's HTTP app: its own /healthcheck and /metrics, and each LOADED model's
     app (build_app) mounted at /models/<model>, re-synced with the table on every request."""
 
-    def __init__(self, table: ModelTable) -> None:
+    def __init__(self, table: ModelTable, body_timeout_s: float = 30.0) -> None:
         from fastapi import FastAPI
         from fastapi.responses import JSONResponse, Response
 
         self._table = table
+        self._body_timeout_s = body_timeout_s
         self._mounted: dict[str, tuple[object, object]] = {}  # short name -> (engine, app)
         self._registry = CollectorRegistry(auto_describe=True)
         self._registry.register(_TableCollector(table))
@@ -217,15 +223,16 @@ class HttpFace:
                 changed = True
         for key, model in loaded.items():
             if key not in self._mounted:
-                self._mounted[key] = (model.engine, build_app(model.engine, served_model_name=model.name))
+                self._mounted[key] = (model.engine, build_app(model.engine, served_model_name=model.name,
+                                                                  body_timeout_s=self._body_timeout_s))
                 changed = True
         if changed:
             mounts = [Mount(f"/models/{key}", app=app) for key, (_, app) in sorted(self._mounted.items())]
             self.app.router.routes = self._base_routes + mounts
 
 
-def build_face(table: ModelTable) -> HttpFace:
-    return HttpFace(table)
+def build_face(table: ModelTable, body_timeout_s: float = 30.0) -> HttpFace:
+    return HttpFace(table, body_timeout_s)
 
 
 class _TableCollector(Collector):

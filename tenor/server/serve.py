@@ -27,6 +27,7 @@ import uvicorn
 from tenor.engine.api import Engine
 from tenor.errors import UserError
 from tenor.server.http.app import begin_drain, build_app, context_of
+from tenor.server.http.connection_limits import ConnectionLimits, uvicorn_options
 
 # After the engine drained, how long uvicorn may take to flush the last bytes and close.
 # An engine that let requests run past its drain timeout has them cut off here.
@@ -42,6 +43,7 @@ class ServeOptions:
     served_model_name: str | None = None
     drain_timeout_s: float = 10.0
     log_level: str = "warning"  # uvicorn's; "info" adds its access log
+    limits: ConnectionLimits = ConnectionLimits()
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -64,10 +66,11 @@ def run_server(
     drain_timeout_s: float = 10.0,
     log_level: str = "warning",
     out: TextIO | None = None,
+    limits: ConnectionLimits = ConnectionLimits(),
 ) -> int:
     """Serves until SIGINT/SIGTERM; returns the exit status (0 after a clean drain).
     Raises UserError when the address cannot be bound."""
-    options = ServeOptions(host, port, api_key, served_model_name, drain_timeout_s, log_level)
+    options = ServeOptions(host, port, api_key, served_model_name, drain_timeout_s, log_level, limits)
     sock = bind_socket(options.host, options.port)
     try:
         return asyncio.run(_serve(engine_factory, sock, options, out or sys.stdout))
@@ -146,7 +149,8 @@ async def _serve(engine_factory: Callable[[], Engine], sock: socket.socket, opti
         if not await _unless(signals.requested, engine.start()):
             await engine.stop(0.0)  # asked to stop while loading
             return 0
-        app = build_app(engine, served_model_name=options.served_model_name, api_key=options.api_key)
+        app = build_app(engine, served_model_name=options.served_model_name, api_key=options.api_key,
+                        body_timeout_s=options.limits.body_timeout_s)
         url = url_of(sock, options.host)
 
         def announce() -> None:
@@ -154,7 +158,7 @@ async def _serve(engine_factory: Callable[[], Engine], sock: socket.socket, opti
 
         config = uvicorn.Config(
             app, lifespan="off", log_level=options.log_level, access_log=options.log_level in ("info", "debug"),
-            timeout_graceful_shutdown=CLOSE_GRACE_S,
+            timeout_graceful_shutdown=CLOSE_GRACE_S, **uvicorn_options(options.limits),
         )
         server = _Uvicorn(config, announce)
         serving = asyncio.create_task(server.serve(sockets=[sock]))

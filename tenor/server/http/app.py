@@ -13,6 +13,7 @@ from tenor.engine.api import Engine
 from tenor.server.http import jetstream, openai
 from tenor.server.http.auth import ApiKeyGuard
 from tenor.server.http.body_limit import BodyLimit
+from tenor.server.http.body_timeout import BodyTimeout
 from tenor.server.http.context import ServerContext
 from tenor.server.http.errors import install_error_handlers
 from tenor.server.metrics import ServerMetrics
@@ -21,7 +22,8 @@ from tenor.server.metrics import ServerMetrics
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
-def build_app(engine: Engine, *, served_model_name: str | None = None, api_key: str | None = None) -> FastAPI:
+def build_app(engine: Engine, *, served_model_name: str | None = None, api_key: str | None = None,
+              body_timeout_s: float = 30.0) -> FastAPI:
     """An app serving `engine` under `served_model_name` (default: engine.model_name).
     With `api_key`, /v1/* and /generate need `Authorization: Bearer <api_key>`."""
     name = served_model_name if served_model_name is not None else engine.model_name
@@ -34,6 +36,7 @@ def build_app(engine: Engine, *, served_model_name: str | None = None, api_key: 
     docs = {} if api_key is None else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="tenor", summary=f"serving {name}", **docs)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodyTimeout, timeout_s=body_timeout_s)
     app.state.tenor = ctx
     install_error_handlers(app)
     app.include_router(jetstream.build_router(ctx, guard))
