@@ -14,7 +14,7 @@ import time
 
 from tenor.admin.naming import CellName
 from tenor.admin.store.base import AdminLocation, CellState, LostLeadership, StoreError
-from tenor.admin.store.etcd_client import EtcdClient
+from tenor.admin.store.etcd_client import EtcdAccess, EtcdClient
 
 DEFAULT_TTL_S = 3
 
@@ -54,11 +54,12 @@ class EtcdLeadership:
 
 
 class EtcdCellStore:
-    def __init__(self, endpoint: str, prefix: str, cell: CellName, ttl_s: int = DEFAULT_TTL_S) -> None:
+    def __init__(self, endpoint: str, prefix: str, cell: CellName, ttl_s: int = DEFAULT_TTL_S,
+                 access: EtcdAccess = EtcdAccess()) -> None:
         self.root = f"etcd://{endpoint}{prefix}"
         self.cell = cell
         self.ttl_s = ttl_s
-        self._client = EtcdClient(endpoint)
+        self._client = EtcdClient(endpoint, access=access)
         base = f"{prefix}/tenor/{cell.cell}"
         self._config_key = f"{base}/config".encode()
         self._state_key = f"{base}/state".encode()
