@@ -113,6 +113,12 @@ class TokenSource:
         self.last_error = ""
         return True
 
+    def refreshed(self) -> bool:
+        """Re-reads the source now; True if the token sent changed (a call refused with the old one,
+        e.g. made before the first admin created the token or mid-rotation, is worth retrying)."""
+        before = self.sending()
+        return self.reload() and self.sending() != before
+
     def start(self) -> "TokenSource":
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="tenor-token-reload", daemon=True)

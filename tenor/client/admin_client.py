@@ -123,7 +123,8 @@ class AdminClient:
                 # CANCELLED: another thread closed the channel after it failed there; DEADLINE_EXCEEDED
                 # with time left: one attempt's cap, e.g. a frozen admin.
                 retryable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) or (
-                    code == grpc.StatusCode.DEADLINE_EXCEEDED and deadline - time.monotonic() > 0)
+                    code == grpc.StatusCode.DEADLINE_EXCEEDED and deadline - time.monotonic() > 0) or (
+                    code == grpc.StatusCode.UNAUTHENTICATED and self.access.tokens.refreshed())
                 if not retryable:
                     raise self._refusal(code, exc.details() or code.name) from None
                 last = f"{self._address}: {exc.details() or code.name}"

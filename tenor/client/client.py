@@ -138,11 +138,21 @@ class Model:
         """attempt(stub, seconds_left) on a replica, retried on others within the deadline."""
         self._watch_once()
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.options.timeout_s)
-        try:
+        def on_replicas() -> T:
             return call_with_retry(
                 self.name, self._replicas, lambda address, left: attempt(self._channels.stub(address), left),
                 deadline, self.options.retry,
             )
+
+        try:
+            try:
+                return on_replicas()
+            except grpc.RpcError as exc:
+                # Refused with a token that has just changed (a rotation): once more with the new one.
+                code = exc.code() if callable(getattr(exc, "code", None)) else None
+                if code != grpc.StatusCode.UNAUTHENTICATED or not self._access.tokens.refreshed():
+                    raise
+                return on_replicas()
         except grpc.RpcError as exc:
             raise rpc_error(exc) from None
 

@@ -47,3 +47,12 @@ def test_a_source_keeps_its_last_good_tokens_when_a_read_fails(tmp_path) -> None
     path.write_text(B)
     source.reload()
     assert source.sending() == B and source.last_error == ""
+
+
+def test_refreshed_says_whether_the_sent_token_changed(tmp_path) -> None:
+    path = tmp_path / "token"
+    path.write_text(A)
+    source = TokenSource.from_file(str(path))
+    assert not source.refreshed()
+    path.write_text(f"{B}\n{A}\n")
+    assert source.refreshed() and source.sending() == B
