@@ -9,7 +9,8 @@ PY=${PYTHON:-python3}
 TORCH_VERSION=2.13.0
 
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  if command -v nvidia-smi >/dev/null 2>&1; then
+  # TENOR_TORCH=cuda: the CUDA build even where no GPU is visible (a CUDA image's build step).
+  if [[ "${TENOR_TORCH:-}" == "cuda" ]] || command -v nvidia-smi >/dev/null 2>&1; then
     "$PY" -m pip install "torch==${TORCH_VERSION}"
   else
     # Pinned so pip takes the CPU build (a bare `torch` can pull a multi-GB CUDA build).

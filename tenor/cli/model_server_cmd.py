@@ -10,6 +10,8 @@ import argparse
 import logging
 import re
 
+from tenor.cli.connection_flags import add_connection_flags, connection_limits_from
+from tenor.cli.credential_flags import add_credential_flags, credentials_from
 from tenor.errors import UserError
 
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]i?B?|B)?$", re.IGNORECASE)
@@ -34,6 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="seconds between Joins to the admin (default 2)")
     serve.add_argument("--drain-timeout", type=float, default=5.0, metavar="S",
                        help="seconds in-flight requests get when a model is unloaded (default 5)")
+    add_credential_flags(serve)
+    add_connection_flags(serve)
     serve.set_defaults(func=_serve)
 
 
@@ -72,6 +76,8 @@ def _serve(args: argparse.Namespace) -> int:
         servable_configs=configs,
         rejoin_s=args.rejoin_interval,
         drain_timeout_s=args.drain_timeout,
+        credentials=credentials_from(args),
+        http_limits=connection_limits_from(args),
     )
     # tenor's own lines (model status changes) at INFO; libraries (httpx to etcd...) only when they warn.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

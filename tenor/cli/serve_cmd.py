@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from tenor import registry
+from tenor.cli.connection_flags import add_connection_flags, connection_limits_from
 from tenor.engine.factory import EngineOptions, create_engine
 from tenor.errors import UserError
 from tenor.hardware import QUANTIZE_CHOICES
@@ -57,10 +58,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="seconds in-flight requests may take to finish after SIGTERM (default: 10)")
     parser.add_argument("--grpc-port", type=int, default=None,
                         help="also serve JetStream's gRPC Orchestrator (Decode, HealthCheck) on this port; 0 picks one")
+    add_connection_flags(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    limits = connection_limits_from(args)
     servable, checkpoint = resolve_model(args.model)
     if args.dtype is not None:
         servable = servable.with_overrides(dtype=args.dtype)
@@ -75,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         drain_timeout_s=args.drain_timeout,
         grpc_port=args.grpc_port,
         tokenized=servable.tokenized,
+        limits=limits,
     )
 
 

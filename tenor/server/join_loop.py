@@ -8,6 +8,7 @@ import time
 
 from tenor.admin.naming import CellName
 from tenor.admin.store import StoreError
+from tenor.auth.channels import CellAccess
 from tenor.client.admin_client import AdminClient, AdminError
 from tenor.proto import common_pb2
 
@@ -17,8 +18,9 @@ class JoinLoop:
     `rejoin_s` (Join is idempotent, so a server dropped after a network blip comes back)."""
 
     def __init__(self, root: str, cell: str | CellName, address: str, http_address: str,
-                 spec: common_pb2.ServerSpec, *, rejoin_s: float = 2.0, check_s: float = 0.25) -> None:
-        self._client = AdminClient(root, cell, timeout_s=2.0)
+                 spec: common_pb2.ServerSpec, *, rejoin_s: float = 2.0, check_s: float = 0.25,
+                 access: CellAccess | None = None) -> None:
+        self._client = AdminClient(root, cell, timeout_s=2.0, access=access)
         self._request = (address, http_address, spec)
         self.rejoin_s = rejoin_s
         self.check_s = check_s

@@ -30,6 +30,7 @@ from tenor.engine.api import Engine, EngineUnavailableError
 from tenor.errors import UserError
 from tenor.server.http.app import begin_drain, build_app, context_of
 from tenor.server.pipeline import RequestPipeline
+from tenor.server.http.connection_limits import ConnectionLimits, uvicorn_options
 
 # After the engine drained, how long uvicorn may take to flush the last bytes and close.
 # An engine that let requests run past its drain timeout has them cut off here.
@@ -47,6 +48,7 @@ class ServeOptions:
     log_level: str = "warning"  # uvicorn's; "info" adds its access log
     grpc_port: int | None = None  # JetStream's gRPC Orchestrator here too (0: any free port)
     tokenized: bool = False  # the model reads and writes comma-separated token ids
+    limits: ConnectionLimits = ConnectionLimits()
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -73,10 +75,12 @@ def run_server(
     out: TextIO | None = None,
     grpc_port: int | None = None,
     tokenized: bool = False,
+    limits: ConnectionLimits = ConnectionLimits(),
 ) -> int:
     """Serves until SIGINT/SIGTERM; returns the exit status (0 after a clean drain).
     Raises UserError when the address cannot be bound."""
-    options = ServeOptions(host, port, api_key, served_model_name, drain_timeout_s, log_level, grpc_port, tokenized)
+    options = ServeOptions(host, port, api_key, served_model_name, drain_timeout_s, log_level, grpc_port, tokenized,
+                           limits)
     sock = bind_socket(options.host, options.port)
     try:
         return asyncio.run(_serve(engine_factory, sock, options, out or sys.stdout))
@@ -179,7 +183,7 @@ async def _serve_in(
             await engine.stop(0.0)  # asked to stop while loading
             return 0
         app = build_app(engine, served_model_name=options.served_model_name, api_key=options.api_key,
-                        tokenized=options.tokenized)
+                        tokenized=options.tokenized, body_timeout_s=options.limits.body_timeout_s)
         url = url_of(sock, options.host)
         grpc_note = ""
         if options.grpc_port is not None:
@@ -196,7 +200,7 @@ async def _serve_in(
 
         config = uvicorn.Config(
             app, lifespan="off", log_level=options.log_level, access_log=options.log_level in ("info", "debug"),
-            timeout_graceful_shutdown=CLOSE_GRACE_S,
+            timeout_graceful_shutdown=CLOSE_GRACE_S, **uvicorn_options(options.limits),
         )
         server = _Uvicorn(config, announce)
         serving = asyncio.create_task(server.serve(sockets=[sock]))

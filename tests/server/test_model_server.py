@@ -83,7 +83,7 @@ async def status_of(stub: modelet_pb2_grpc.ModeletStub) -> dict[str, modelet_pb2
 def test_load_shows_loading_then_loaded_and_serves():
     async def body():
         GatedEngine.gate = asyncio.Event()
-        async with model_server() as server, grpc.aio.insecure_channel(server.address) as channel:
+        async with model_server() as server, server.access.aio_channel(server.address) as channel:
             modelet, lm = modelet_pb2_grpc.ModeletStub(channel), lm_pb2_grpc.LMServiceStub(channel)
             load = asyncio.ensure_future(modelet.Load(load_request()))
             await asyncio.sleep(0.1)
@@ -139,7 +139,7 @@ def test_jetstreams_orchestrator_serves_the_one_loaded_model():
 def test_failed_load_keeps_its_reason_and_the_server_keeps_answering(request_, code, reason):
     async def body():
         GatedEngine.fail_start = request_.config_name == CONFIG and not request_.overrides
-        async with model_server() as server, grpc.aio.insecure_channel(server.address) as channel:
+        async with model_server() as server, server.access.aio_channel(server.address) as channel:
             modelet = modelet_pb2_grpc.ModeletStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as failed:
                 await modelet.Load(request_)

@@ -35,6 +35,7 @@ ERROR_TYPES = {
     503: "server_error",
 }
 STATUS_CODES = {  # the code for statuses that Starlette raises by itself
+    400: "invalid_json",  # FastAPI's "There was an error parsing the body"
     404: "not_found",
     405: "method_not_allowed",
     413: "request_too_large",
@@ -138,7 +139,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = STATUS_CODES.get(exc.status_code, "http_error")
+        # Every code is one the README's table lists: other 4xx are "bad_request", 5xx "internal_error".
+        fallback = "internal_error" if exc.status_code >= 500 else "bad_request"
+        code = STATUS_CODES.get(exc.status_code, fallback)
         error = ApiError(exc.status_code, str(exc.detail), code, headers=dict(exc.headers or {}))
         return error.response()
 
