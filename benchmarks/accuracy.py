@@ -1,10 +1,16 @@
-"""Accuracy of the int8 options on the default model, against bf16:
+"""Accuracy of each precision tenor can serve the default model with, against HF transformers in
+float32 on the same GGUF (the reference of the correctness tests):
 
-- int8 weights (`tenor convert --quantize int8`): logit error and top-1 agreement, teacher-forced
-  over every position of a few texts, and greedy agreement over 32 generated tokens;
-- int8 KV cache (`--quantize-kv-cache`): greedy agreement and score error through the engine.
+- teacher-forced top-1 agreement: over every position of a few texts, fed one token a step
+  through the decode path (so decode-only kernels, such as the int8 weights, are what is
+  measured), the share of positions whose most likely next token equals HF's;
+- greedy agreement: 32 greedy tokens through the engine for 10 prompts, how many equal HF's
+  exactly, and the mean common prefix.
 
-    python benchmarks/accuracy.py [--json-out FILE]
+    python benchmarks/accuracy.py [--precisions float32/none,float32/fp16,float32/int8] [--json-out FILE]
+
+A precision is DTYPE/QUANTIZE as `tenor serve --dtype --quantize` take them; add `+kv8` for the
+int8 KV cache (e.g. float32/int8+kv8).
 """
 
 from __future__ import annotations
@@ -17,13 +23,11 @@ import torch
 
 from tenor import registry
 from tenor.checkpoints.default_model import default_gguf_path
-from tenor.checkpoints.loader import load_any
-from tenor.checkpoints.quantize import quantize_weights
 from tenor.engine.api import GenerateRequest, SamplingParams
 from tenor.engine.factory import EngineOptions
 from tenor.engine.llm_engine import LLMEngine
+from tenor.engine.model_loader import load_model
 from tenor.models.layers import AttentionBatch, PagedKVCache, PrefillSpan
-from tenor.models.model import build_model
 from tenor.tokenizer import load_tokenizer
 
 TEXTS = [
@@ -32,76 +36,117 @@ TEXTS = [
     "Photosynthesis is the process by which green plants use sunlight to",
     "My favourite recipe for a rainy day is a thick vegetable soup with",
 ]
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    "List three colors:",
+    "The three laws of thermodynamics are",
+    "Question: What is the boiling point of water at sea level?\nAnswer:",
+    "import numpy as np\n\ndef normalize(x):",
+    "In 1969, astronauts Neil Armstrong and Buzz Aldrin became the first people to",
+    "A good night's sleep is important because",
+    "Translate to French: 'The weather is nice today.'\nFrench:",
+]
+NEW_TOKENS = 32
+BLOCK = 16
+
+
+def hf_reference(tokenizer) -> tuple[list[torch.Tensor], list[list[int]]]:
+    import transformers
+
+    path = default_gguf_path()
+    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
+                                                              dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = [model(torch.tensor([tokenizer.encode(t)])).logits[0] for t in TEXTS]
+        greedy = []
+        for prompt in PROMPTS:
+            ids = tokenizer.encode(prompt)
+            out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)
+            greedy.append(out[0, len(ids):].tolist())
+    return logits, greedy
 
 
 @torch.inference_mode()
-def teacher_forced_logits(model, ids: list[int]) -> torch.Tensor:
+def stepwise_logits(model, ids: list[int], quantized_kv: bool) -> torch.Tensor:
+    """Logits [len(ids), V]: the first token prefilled, every later one a decode step."""
     c = model.config
-    cache = PagedKVCache(c.num_layers, -(-len(ids) // 16), 16, c.num_kv_heads, c.head_dim, model.embed.dtype)
-    n = len(ids)
-    batch = AttentionBatch(torch.arange(n), 0, None, None, [PrefillSpan(0, n, 0, None)])
-    return model(torch.tensor(ids), torch.arange(n), cache, batch, torch.arange(n))
+    blocks = -(-len(ids) // BLOCK)
+    cache = PagedKVCache(c.num_layers, blocks, BLOCK, c.num_kv_heads, c.head_dim, model.embed.dtype,
+                         quantized=quantized_kv)
+    table = torch.arange(blocks)[None]
+    first = AttentionBatch(torch.tensor([0]), 0, None, None, [PrefillSpan(0, 1, 0, None)], native=model.native_kernels)
+    rows = [model(torch.tensor(ids[:1]), torch.tensor([0]), cache, first, torch.tensor([0]))]
+    for pos in range(1, len(ids)):
+        step = AttentionBatch(torch.tensor([pos]), 1, table[:, : pos // BLOCK + 1], None, [], decode_span=pos + 1,
+                              decode_lengths=torch.tensor([pos + 1]), native=model.native_kernels)
+        rows.append(model(torch.tensor([ids[pos]]), torch.tensor([pos]), cache, step, torch.tensor([0])))
+    return torch.cat(rows)
 
 
-def weight_quantization_report(tokenizer) -> dict:
-    loaded = load_any(default_gguf_path())
-    bf16 = build_model(loaded.config, loaded.weights, torch.bfloat16)
-    int8 = build_model(loaded.config, quantize_weights(loaded.weights, loaded.config), torch.bfloat16)
-    errors, agree, total = [], 0, 0
-    for text in TEXTS:
-        ids = tokenizer.encode(text)
-        a, b = teacher_forced_logits(bf16, ids), teacher_forced_logits(int8, ids)
-        errors.append((a - b).abs().max().item())
-        agree += (a.argmax(-1) == b.argmax(-1)).sum().item()
-        total += len(ids)
-    return {"max_abs_logit_error": max(errors), "teacher_forced_top1_agreement": agree / total,
-            "logit_scale_max_abs": teacher_forced_logits(bf16, tokenizer.encode(TEXTS[0])).abs().max().item()}
-
-
-async def greedy(servable, checkpoint, options: EngineOptions, prompts: list[list[int]]) -> list[list[int]]:
-    engine = LLMEngine(servable, checkpoint, options)
+async def engine_greedy(servable, options: EngineOptions, prompts: list[list[int]]) -> list[list[int]]:
+    engine = LLMEngine(servable, None, options)
     await engine.start()
-    out = []
-    for i, ids in enumerate(prompts):
-        request = GenerateRequest(f"a{i}", tuple(ids), SamplingParams(max_tokens=32, ignore_eos=True))
-        out.append([t async for o in engine.generate(request) for d in o.deltas for t in d.token_ids])
-    await engine.stop()
-    return out
+    try:
+        out = []
+        for i, ids in enumerate(prompts):
+            request = GenerateRequest(f"a{i}", tuple(ids), SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True))
+            out.append([t async for o in engine.generate(request) for d in o.deltas for t in d.token_ids])
+        return out
+    finally:
+        await engine.stop()
 
 
-def agreement(a: list[list[int]], b: list[list[int]]) -> dict:
-    """Share of samples equal in full, and mean length of the common prefix."""
-    prefixes = []
-    for x, y in zip(a, b):
-        n = 0
-        while n < min(len(x), len(y)) and x[n] == y[n]:
-            n += 1
-        prefixes.append(n)
-    return {"identical_samples": sum(x == y for x, y in zip(a, b)) / len(a),
-            "mean_common_prefix_tokens": sum(prefixes) / len(prefixes), "tokens_per_sample": 32}
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def measure(precision: str, tokenizer, reference_logits, reference_greedy) -> dict:
+    spec, _, extra = precision.partition("+")
+    dtype, _, quantize = spec.partition("/")
+    quantized_kv = extra == "kv8"
+    servable = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype=dtype, quantize=quantize or "auto")
+    loaded = load_model(servable, None)
+    agree = total = 0
+    for text, ref in zip(TEXTS, reference_logits):
+        got = stepwise_logits(loaded.model, tokenizer.encode(text), quantized_kv)
+        agree += (got.argmax(-1) == ref.argmax(-1)).sum().item()
+        total += ref.shape[0]
+    prompts = [tokenizer.encode(p) for p in PROMPTS]
+    options = EngineOptions(kv_cache_bytes=256 << 20, warmup=False, quantize_kv_cache=quantized_kv)
+    greedy = asyncio.run(engine_greedy(servable, options, prompts))
+    prefixes = [common_prefix(g, r) for g, r in zip(greedy, reference_greedy)]
+    return {"precision": precision, "weights": loaded.precision.weights,
+            "teacher_forced_top1": agree / total, "positions": total,
+            "greedy_identical": sum(p == NEW_TOKENS for p in prefixes), "prompts": len(PROMPTS),
+            "mean_common_prefix": sum(prefixes) / len(prefixes), "tokens_per_prompt": NEW_TOKENS}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--precisions", default="float32/none,float32/fp16,float32/int8,float32/int8+kv8,bfloat16/none")
     parser.add_argument("--json-out")
-    parser.add_argument("--int8-checkpoint", help="a `tenor convert --quantize int8` of the default model")
     args = parser.parse_args()
+    from tenor.hardware import cpu_info
+
     tokenizer = load_tokenizer(default_gguf_path())
-    prompts = [tokenizer.encode(t) for t in TEXTS]
-    servable = registry.get("llama.SmolLM2_135M_Instruct")
-    options = EngineOptions(kv_cache_bytes=256 << 20, warmup=False)
-    report = {"int8_weights": weight_quantization_report(tokenizer)}
-    base = asyncio.run(greedy(servable, None, options, prompts))
-    if args.int8_checkpoint:
-        quant = asyncio.run(greedy(servable, args.int8_checkpoint, options, prompts))
-        report["int8_weights"]["greedy"] = agreement(base, quant)
-    kv8 = asyncio.run(greedy(servable, None, EngineOptions(kv_cache_bytes=256 << 20, warmup=False,
-                                                            quantize_kv_cache=True), prompts))
-    report["int8_kv_cache"] = {"greedy": agreement(base, kv8)}
-    print(json.dumps(report, indent=2))
+    reference_logits, reference_greedy = hf_reference(tokenizer)
+    cpu = cpu_info()
+    rows = [measure(p, tokenizer, reference_logits, reference_greedy) for p in args.precisions.split(",") if p]
+    print(f"accuracy against HF transformers float32, CPU {cpu.model_name} ({cpu.isa})")
+    print("| precision | weights | teacher-forced top-1 | greedy 32 identical | mean common prefix |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['precision']} | {r['weights']} | {r['teacher_forced_top1']:.1%} of {r['positions']} | "
+              f"{r['greedy_identical']} of {r['prompts']} | {r['mean_common_prefix']:.1f} |")
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump(report, f, indent=2)
+            json.dump({"cpu": cpu.model_name, "isa": cpu.isa, "results": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def run(size: int) -> dict:
     from tenor.dist.local import local_group
 
     servable = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(
-        dtype="float32", max_batch_size=8, max_prefill_predict_length=512, max_target_length=1024)
+        dtype="float32", quantize="none", max_batch_size=8, max_prefill_predict_length=512, max_target_length=1024)
     with local_group(servable, size) as local:
         figures = asyncio.run(_measure(servable, local.leader))
         figures["peak_rss_mb"] = [round(vm_hwm_mb(), 1)] + [round(vm_hwm_mb(p.pid), 1)

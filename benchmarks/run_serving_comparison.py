@@ -29,6 +29,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tenor` 
 from benchmarks.peer_servers import PeerOptions, RunningServer, server_specs  # noqa: E402
 from tenor.bench.metrics import BenchSummary  # noqa: E402
 from tenor.bench.report import format_table, write_json  # noqa: E402
+from tenor.hardware import cpu_info  # noqa: E402
 from tenor.bench.serving import ServingBenchConfig, run_benchmark  # noqa: E402
 from tenor.checkpoints.default_model import default_gguf_path  # noqa: E402
 
@@ -175,12 +176,16 @@ def main(argv: list[str] | None = None) -> int:
             if server is not None:
                 server.stop()
     table = comparison_markdown(rows)
-    header = (f"Serving comparison, {started}, GGUF {options.gguf.name}, endpoint {args.endpoint}, "
+    cpu = cpu_info()
+    cpu_line = f"{cpu.model_name} ({cpu.isa}), {cpu.usable_cores} cores"
+    header = (f"Serving comparison, {started}, CPU {cpu_line}, GGUF {options.gguf.name}, endpoint {args.endpoint}, "
               f"max_tokens {args.max_tokens}{' (ignore_eos)' if args.ignore_eos else ''}, threads {args.threads}, "
               f"at most {args.max_duration:g} s a point\n")
     (out_dir / "comparison.md").write_text(header + table, encoding="utf-8")
     (out_dir / "comparison.json").write_text(json.dumps({
-        "started_utc": started, "gguf": str(options.gguf), "endpoint": args.endpoint, "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos,
+        "started_utc": started, "cpu": {"model": cpu.model_name, "isa": cpu.isa, "cores": cpu.usable_cores,
+                                        "flags": sorted(cpu.flags)},
+        "gguf": str(options.gguf), "endpoint": args.endpoint, "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos,
         "commands": {s.name: list(s.argv) for s in specs},
         "results": [json.loads((out_dir / _json_name(r.server, r.point)).read_text())
                     for r in rows if r.summary is not None],

@@ -9,12 +9,19 @@ checkpoint `None`; the others need a checkpoint (the default model knows where i
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
+from typing import Mapping
 
+from tenor import memory as memory_model
 from tenor.errors import UserError
+from tenor.hardware import DTYPE_CHOICES, QUANTIZE_CHOICES
 from tenor.models.config import ModelConfig, RopeScaling
 
-DTYPES = ("bfloat16", "float32")
+DTYPES = DTYPE_CHOICES  # "auto": bfloat16 where the CPU computes it natively, else float32
+# Override keys that are the admin's own (`ram`: bytes a replica needs; `constraints`: tags a
+# server must have); every other override is a serving parameter of the servable config.
+ADMIN_KEYS = frozenset({"ram", "constraints"})
 TOKENIZERS = ("checkpoint", "bytes")  # bytes: UTF-8 bytes as ids (random test models)
 
 
@@ -22,7 +29,8 @@ TOKENIZERS = ("checkpoint", "bytes")  # bytes: UTF-8 bytes as ids (random test m
 class ServableConfig:
     name: str
     model: ModelConfig
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # activations (and dense weights); see tenor.hardware
+    quantize: str = "auto"  # linear weights: "none" (in `dtype`), "fp16" (FBGEMM), "int8", "auto"
     max_batch_size: int = 32  # decode slots
     max_prefill_predict_length: int = 1024  # longest prompt, tokens
     max_target_length: int = 2048  # prompt + generated, tokens
@@ -36,6 +44,8 @@ class ServableConfig:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.quantize not in QUANTIZE_CHOICES:
+            raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {self.quantize!r}")
         if self.tokenizer not in TOKENIZERS:
             raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}")
         if not self.group_sizes or any(not isinstance(n, int) or n < 1 for n in self.group_sizes):
@@ -60,11 +70,13 @@ class ServableConfig:
             raise UserError(f"bad override for {self.name}: {exc}") from None
 
     def weight_bytes(self) -> int:
-        """Approximate memory the weights take when loaded. A tied LM head counts twice: the
-        linear keeps its own oneDNN-packed copy beside the embedding table."""
-        config = self.model
-        tied_head = config.vocab_size * config.hidden_size if config.tie_word_embeddings else 0
-        return (config.num_parameters() + tied_head) * (2 if self.dtype == "bfloat16" else 4)
+        """Memory the weights take when loaded, from the config (see tenor.memory)."""
+        return memory_model.estimated_weight_bytes(self.model, self.dtype)
+
+    def memory(self, checkpoint: str | None = None, quantized_kv: bool = False) -> memory_model.ReplicaMemory:
+        """One replica's weights (by the checkpoint's real tensors when readable) and KV cache."""
+        return memory_model.replica_memory(self.model, self.dtype, self.max_batch_size, self.max_target_length,
+                                     checkpoint, quantized_kv)
 
 
 SMOLLM2_135M = ModelConfig(
@@ -108,6 +120,24 @@ LM_SPMD = ModelConfig(
 _CONFIGS: dict[str, ServableConfig] = {}
 
 
+def parse_override_value(text: str) -> object:
+    """Overrides (`tenor publish ... key=value`) are JSON text; anything else is a plain string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def serving_overrides(overrides: Mapping[str, str]) -> dict[str, object]:
+    """The overrides the model server applies to the servable config (admin keys removed)."""
+    return {k: parse_override_value(v) for k, v in overrides.items() if k not in ADMIN_KEYS}
+
+
+def model_server_overrides(overrides: Mapping[str, str]) -> dict[str, str]:
+    """The raw strings sent in Modelet.Load / UpdateLoaded."""
+    return {k: v for k, v in overrides.items() if k not in ADMIN_KEYS}
+
+
 def register(config: ServableConfig) -> ServableConfig:
     if config.name in _CONFIGS:
         raise ValueError(f"servable config {config.name} registered twice")
@@ -117,24 +147,26 @@ def register(config: ServableConfig) -> ServableConfig:
 
 register(ServableConfig("llama.SmolLM2_135M_Instruct", SMOLLM2_135M, max_batch_size=64,
                         max_prefill_predict_length=2048, max_target_length=4096, default_checkpoint="default"))
-# Large presets declare their model-server groups: GPT-J 6B fits one host but may use a group;
-# Llama 2 70B and Llama 3.1 405B need 8 ranks (one per KV head), as in JetStream's deployments.
-register(ServableConfig("gptj.GPTJ6B_BF16", GPTJ_6B, max_batch_size=32,
+# The *_BF16 presets keep the dtype their names promise (SAX's convention); the default model
+# runs in whatever precision suits the CPU it finds ("auto"). Large presets declare their
+# model-server groups: GPT-J 6B fits one host but may use a group; Llama 2 70B and Llama 3.1
+# 405B need 8 ranks (one per KV head), as in JetStream's deployments.
+register(ServableConfig("gptj.GPTJ6B_BF16", GPTJ_6B, dtype="bfloat16", max_batch_size=32,
                         max_prefill_predict_length=1024, max_target_length=2048, group_sizes=(1, 2, 4, 8)))
-register(ServableConfig("gptj.GPTJ6B_Tokenized_BF16", GPTJ_6B, max_batch_size=32, tokenized=True,
+register(ServableConfig("gptj.GPTJ6B_Tokenized_BF16", GPTJ_6B, dtype="bfloat16", max_batch_size=32, tokenized=True,
                         max_prefill_predict_length=1024, max_target_length=2048, group_sizes=(1, 2, 4, 8)))
-register(ServableConfig("llama.Llama2_70B_BF16", LLAMA2_70B, max_batch_size=32,
+register(ServableConfig("llama.Llama2_70B_BF16", LLAMA2_70B, dtype="bfloat16", max_batch_size=32,
                         max_prefill_predict_length=1024, max_target_length=4096, group_sizes=(8,)))
-register(ServableConfig("llama.Llama31_405B_BF16", LLAMA31_405B, max_batch_size=16,
+register(ServableConfig("llama.Llama31_405B_BF16", LLAMA31_405B, dtype="bfloat16", max_batch_size=16,
                         max_prefill_predict_length=1024, max_target_length=8192, group_sizes=(8,)))
-register(ServableConfig("test.TinyLlamaRandom", TINY_LLAMA, dtype="float32", max_batch_size=8,
+register(ServableConfig("test.TinyLlamaRandom", TINY_LLAMA, dtype="float32", quantize="none", max_batch_size=8,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
                         random_weights=True, group_sizes=(1, 2)))
-register(ServableConfig("test.TinyGPTJRandom", TINY_GPTJ, dtype="float32", max_batch_size=8,
+register(ServableConfig("test.TinyGPTJRandom", TINY_GPTJ, dtype="float32", quantize="none", max_batch_size=8,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
                         random_weights=True))
 # SAX's multi-host test model (the 175B stand-in): placed only on a model-server group of 2.
-register(ServableConfig("test.LmSpmdRandom", LM_SPMD, dtype="float32", max_batch_size=8, tokenized=True,
+register(ServableConfig("test.LmSpmdRandom", LM_SPMD, dtype="float32", quantize="none", max_batch_size=8, tokenized=True,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
                         random_weights=True, group_sizes=(2,)))
 

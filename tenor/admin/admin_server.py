@@ -26,6 +26,7 @@ from tenor.admin.manager import (AlreadyExistsError, Manager, ManagerOptions, No
 from tenor.admin.naming import CellName, parse_model_name
 from tenor.admin.servers import ServerSpecView
 from tenor.admin.status_page import StatusPage, render_html
+from tenor.auth.channels import CellCredentials, open_access
 from tenor.admin.store import AdminLocation, StoreError, open_store
 from tenor.errors import UserError
 from tenor.proto import admin_pb2, admin_pb2_grpc
@@ -53,12 +54,18 @@ class AdminServerOptions:
     election_retry_s: float = 0.5
     etcd_ttl_s: int | None = None
     manager: ManagerOptions = field(default_factory=ManagerOptions)
+    credentials: CellCredentials = field(default_factory=CellCredentials)
+    open_read_only: bool = False  # List, Stats, WatchLoc and WaitForReady answer callers without the token
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         if self.http_port is not None and not 0 <= self.http_port < 65536:
             raise ValueError(f"http_port must be in 0..65535, got {self.http_port}")
+
+
+# What --open-read-only opens: the verbs that only tell where models are. Mutations never open.
+READ_ONLY_METHODS = frozenset(f"/tenor.admin.Admin/{m}" for m in ("List", "Stats", "WatchLoc", "WaitForReady"))
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
@@ -166,8 +173,11 @@ class AdminServer:
         self.options = options
         self.service = AdminService()
         self.store = open_store(options.root, options.cell, etcd_ttl_s=options.etcd_ttl_s)
-        # Without SO_REUSEPORT a second admin given the same port fails instead of sharing it.
-        self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        try:
+            self.access = open_access(options.credentials, self.store, create=True)
+        except StoreError as exc:
+            raise UserError(str(exc)) from None
+        self._server = self.access.server(READ_ONLY_METHODS if options.open_read_only else frozenset())
         admin_pb2_grpc.add_AdminServicer_to_server(self.service, self._server)
         self._page = StatusPage(self._render) if options.http_port is not None else None
         self._stopping = asyncio.Event()
@@ -194,10 +204,7 @@ class AdminServer:
     async def start(self) -> None:
         await asyncio.to_thread(self.store.ensure_cell)
         bind = f"{self.options.host}:{self.options.port}"
-        try:
-            port = self._server.add_insecure_port(bind)
-        except RuntimeError:
-            port = 0
+        port = self.access.add_port(self._server, bind)
         if port == 0:
             raise UserError(f"cannot listen on {bind} (in use?)")
         await self._server.start()
@@ -226,7 +233,8 @@ class AdminServer:
                 await asyncio.to_thread(leadership.release)
                 await asyncio.sleep(self.options.election_retry_s)
                 continue
-            manager = Manager(self.store, leadership, self.admin_id, state, self.options.manager)
+            manager = Manager(self.store, leadership, self.admin_id, state, self.options.manager,
+                              dial=self.access.aio_channel)
             await manager.start()
             self.service.manager, self.role = manager, "leader"
             print(f"tenor admin: leading {self.options.cell} at {self.address} with {len(state.models)} "
@@ -258,6 +266,7 @@ class AdminServer:
         if self._page is not None:
             await self._page.stop()
         await self._server.stop(grace=1.0)
+        self.access.tokens.stop()
         await asyncio.to_thread(self.store.close)
 
 

@@ -15,6 +15,7 @@ import itertools
 import logging
 import time
 import uuid
+from typing import Callable
 from dataclasses import dataclass, field
 
 from tenor.admin.address_book import AddressBook, AddressSet
@@ -106,8 +107,9 @@ def _record_for(spec: ModelSpec, cell: CellName) -> ModelRecord:
 
 class Manager:
     def __init__(self, store: CellStore, leadership: Leadership, admin_id: str, state: CellState,
-                 options: ManagerOptions = ManagerOptions()) -> None:
+                 options: ManagerOptions = ManagerOptions(), dial: Callable[[str], object] | None = None) -> None:
         self.store = store
+        self._dial = dial  # how to reach a model server (token and TLS); None: plain channels
         self.cell = store.cell
         self.admin_id = admin_id
         self.options = options
@@ -229,8 +231,9 @@ class Manager:
                 server.spec, server.http_address = spec, http_address
                 self._wake.set()
             return
+        dial = {"dial": self._dial} if self._dial is not None else {}
         server = ModelServer(address, http_address, spec, self._on_result, self.options.rpc_timeout_s,
-                             self.options.load_timeout_s)
+                             self.options.load_timeout_s, **dial)
         self.servers[address] = server
         log.info("model server %s joined (%s, %d bytes, tags %s)", address, spec.platform, spec.memory_bytes,
                  ",".join(sorted(spec.tags)) or "-")

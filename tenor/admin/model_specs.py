@@ -8,41 +8,27 @@ are JSON text, and a value that is not JSON is taken as a plain string.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Mapping
 
 from tenor import registry
 from tenor.admin.naming import CellName, parse_model_name
 from tenor.admin.store.base import ModelSpec
 from tenor.errors import UserError
-from tenor.registry import ServableConfig
+from tenor.registry import (
+    ADMIN_KEYS,
+    ServableConfig,
+    model_server_overrides,
+    parse_override_value,
+    serving_overrides,
+)
 
-ADMIN_KEYS = frozenset({"ram", "constraints"})
-
-
-def parse_override_value(text: str) -> object:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def serving_overrides(overrides: Mapping[str, str]) -> dict[str, object]:
-    """The overrides the model server applies to the servable config (admin keys removed)."""
-    return {k: parse_override_value(v) for k, v in overrides.items() if k not in ADMIN_KEYS}
-
-
-def model_server_overrides(overrides: Mapping[str, str]) -> dict[str, str]:
-    """The raw strings sent in Modelet.Load / UpdateLoaded."""
-    return {k: v for k, v in overrides.items() if k not in ADMIN_KEYS}
+__all__ = ["ADMIN_KEYS", "Placement", "kv_cache_bytes", "model_server_overrides", "parse_override_value",
+           "placement_of", "serving_overrides", "validate_spec"]
 
 
 def kv_cache_bytes(servable: ServableConfig) -> int:
-    """Worst case: every decode slot holds a full-length sequence's keys and values."""
-    m = servable.model
-    per_token = 2 * m.num_layers * m.num_kv_heads * m.head_dim * (2 if servable.dtype == "bfloat16" else 4)
-    return per_token * servable.max_batch_size * servable.max_target_length
+    """The KV cache the engine allocates by default for this config (tenor.memory)."""
+    return servable.memory().kv_cache_bytes
 
 
 @dataclass(frozen=True)
@@ -58,7 +44,9 @@ def placement_of(spec: ModelSpec) -> Placement:
     overrides = spec.overrides_map
     servable = registry.get(spec.config_name).with_overrides(**serving_overrides(overrides))
     ram = overrides.get("ram")
-    memory = _parse_ram(ram) if ram is not None else servable.weight_bytes() + kv_cache_bytes(servable)
+    # By the checkpoint's real size when the admin can read it (a tiny GPT-J published under
+    # the GPT-J config is placed as tiny), else by the config.
+    memory = _parse_ram(ram) if ram is not None else servable.memory(spec.checkpoint).total_bytes
     tags = frozenset(t.strip() for t in overrides.get("constraints", "").split(",") if t.strip())
     return Placement(memory, tags, servable.group_sizes)
 

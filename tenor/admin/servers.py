@@ -82,9 +82,10 @@ class ModelServer:
     healthy: bool = True
     last_ok: float = field(default_factory=time.monotonic)
     uptime_s: float = 0.0
+    dial: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel  # CellAccess.aio_channel in a cell
 
     def __post_init__(self) -> None:
-        self._channel = grpc.aio.insecure_channel(self.address)
+        self._channel = self.dial(self.address)
         self._stub = modelet_pb2_grpc.ModeletStub(self._channel)
         self._queue: asyncio.Queue[Callable[[], Awaitable[ActionResult]]] = asyncio.Queue()
         self._worker = asyncio.get_running_loop().create_task(self._work())

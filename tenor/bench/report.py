@@ -31,6 +31,8 @@ class RunInfo:
     ignore_eos: bool
     max_duration_s: float | None
     date_utc: str  # ISO 8601
+    client_cpu: str = ""  # the benchmark machine's CPU and instruction sets
+    server_runtime: str | None = None  # what a tenor server reports: CPU, threads, precision
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ def format_table(report: BenchReport) -> str:
         f"load: {run.load} | {run.num_prompts} prompts | max_tokens {run.max_tokens}"
         + (" | ignore_eos" if run.ignore_eos else "")
         + ("" if run.max_duration_s is None else f" | time limit {run.max_duration_s:g} s"),
+        f"cpu: {run.client_cpu or 'unknown'}"
+        + ("" if run.server_runtime is None else f" | server: {run.server_runtime}"),
         f"requests: {s.completed} ok, {s.failed} failed{_unfinished(s)} | duration {s.duration_s:.2f} s",
         f"throughput: {s.request_throughput:.3f} req/s | {s.output_throughput:.1f} output tok/s{total}",
         f"output tokens: {s.total_output_tokens}, counted {_SOURCE_WORDS[s.token_source]}",

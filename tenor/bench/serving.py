@@ -19,8 +19,11 @@ from tenor.bench.load import LoadShape, run_load
 from tenor.bench.metrics import RequestRecord, summarize
 from tenor.bench.prompts import load_prompts, make_prompts
 from tenor.bench.report import BenchReport, RunInfo, format_table, write_json
-from tenor.bench.stream_client import ENDPOINT_PATHS, Endpoint, RequestParams, build_payload, fetch_model_name, stream_request
+from tenor.bench.stream_client import (
+    ENDPOINT_PATHS, Endpoint, RequestParams, build_payload, fetch_model_name, fetch_runtime, stream_request,
+)
 from tenor.errors import UserError
+from tenor.hardware import cpu_info
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ async def run_benchmark_async(config: ServingBenchConfig) -> BenchReport:
     timeout = httpx.Timeout(config.request_timeout_s, connect=min(10.0, config.request_timeout_s))
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout) as client:
         model = config.model or await fetch_model_name(client, config.base_url)
+        server_runtime = await fetch_runtime(client, config.base_url)
         params = RequestParams(model, config.endpoint, config.max_tokens, config.ignore_eos)
         url = config.base_url + ENDPOINT_PATHS[config.endpoint]
 
@@ -145,6 +149,8 @@ async def run_benchmark_async(config: ServingBenchConfig) -> BenchReport:
         ignore_eos=config.ignore_eos,
         max_duration_s=config.max_duration_s,
         date_utc=date,
+        client_cpu=f"{cpu_info().model_name} ({cpu_info().isa}), {cpu_info().usable_cores} cores",
+        server_runtime=server_runtime,
     )
     summary = summarize(result.records, result.duration_s, cut_off=result.cut_off, not_sent=result.not_sent)
     return BenchReport(run=run, summary=summary)

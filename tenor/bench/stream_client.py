@@ -171,3 +171,18 @@ async def fetch_model_name(client: httpx.AsyncClient, base_url: str) -> str:
         return str(models[0]["id"])
     except (ValueError, AttributeError, IndexError, KeyError, TypeError):
         raise UserError(f"{url} lists no models; pass --model") from None
+
+
+async def fetch_runtime(client: httpx.AsyncClient, base_url: str) -> str | None:
+    """What a tenor server says it runs on (`tenor:runtime_info` in /metrics): the CPU, its
+    instruction sets, threads and precision; None for servers that do not say (peers)."""
+    try:
+        response = await client.get(f"{base_url}/metrics")
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    for line in response.text.splitlines():
+        if line.startswith("tenor:runtime_info{"):
+            return line[len("tenor:runtime_info{"): line.rfind("}")]
+    return None

@@ -123,6 +123,8 @@ def gguf_config(meta: _Metadata, tensors: dict[str, ReaderTensor]) -> ModelConfi
         raise CheckpointError(f"{meta.path}: llama3-style rope_freqs in GGUF is not supported")
     d = meta.get_int("llama.embedding_length")
     heads = meta.get_int("llama.attention.head_count")
+    if d <= 0 or heads <= 0:  # checked before the division below
+        raise CheckpointError(f"{meta.path}: embedding_length and head_count must be positive, got {d} and {heads}")
     head_dim = meta.get_int("llama.attention.key_length", d // heads)
     rotary = meta.get_int("llama.rope.dimension_count", head_dim)
     if rotary != head_dim:

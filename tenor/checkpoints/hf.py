@@ -99,7 +99,8 @@ def _llama_fields(file: Path, data: dict[str, Any]) -> dict[str, Any]:
         raise CheckpointError(
             f"{file}: sliding_window {window} < max_position_embeddings {max_positions} is not supported"
         )
-    heads = data["num_attention_heads"]
+    heads = _positive_int(file, data, "num_attention_heads")
+    _positive_int(file, data, "hidden_size")
     theta, scaling = _rope(file, data)
     return dict(
         vocab_size=data["vocab_size"], hidden_size=data["hidden_size"],
@@ -109,6 +110,14 @@ def _llama_fields(file: Path, data: dict[str, Any]) -> dict[str, Any]:
         max_position_embeddings=max_positions, norm_eps=float(data.get("rms_norm_eps", 1e-6)),
         rope_theta=theta, rope_scaling=scaling,
     )
+
+
+def _positive_int(file: Path, data: dict[str, Any], key: str) -> int:
+    """A config value that later arithmetic divides by: checked here, before any division."""
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise CheckpointError(f"{file}: {key} must be a positive integer, got {value!r}")
+    return value
 
 
 def _rope(file: Path, data: dict[str, Any]) -> tuple[float, RopeScaling | None]:
@@ -133,7 +142,7 @@ def _rope(file: Path, data: dict[str, Any]) -> tuple[float, RopeScaling | None]:
 def _gptj_fields(file: Path, data: dict[str, Any]) -> dict[str, Any]:
     if data.get("activation_function", "gelu_new") != "gelu_new":
         raise CheckpointError(f"{file}: activation_function {data['activation_function']!r} is not supported")
-    d, heads = data["n_embd"], data["n_head"]
+    d, heads = _positive_int(file, data, "n_embd"), _positive_int(file, data, "n_head")
     head_dim = d // heads
     return dict(
         vocab_size=data["vocab_size"], hidden_size=d, intermediate_size=data.get("n_inner") or 4 * d,

@@ -9,6 +9,7 @@ import logging
 from tenor.admin.manager import ManagerOptions
 from tenor.admin.naming import parse_cell_name
 from tenor.admin.store import ROOT_ENV, resolve_root
+from tenor.cli.credential_flags import add_credential_flags, credentials_from
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,6 +29,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--election-retry", type=float, default=0.5, help="seconds between a standby's tries")
     serve.add_argument("--etcd-ttl", type=int, default=None, help="leader lease TTL in seconds (etcd roots)")
     serve.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING)")
+    serve.add_argument("--open-read-only", action="store_true",
+                       help="answer List, Stats, WatchLoc and WaitForReady without the cell token "
+                       "(publish, update, unpublish and join always need it)")
+    add_credential_flags(serve)
     serve.set_defaults(func=_serve)
 
 
@@ -43,6 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
     options = AdminServerOptions(
         cell=parse_cell_name(args.cell), root=resolve_root(args.root), host=args.host, port=args.port,
         http_port=None if args.http_port < 0 else args.http_port, election_retry_s=args.election_retry,
-        etcd_ttl_s=args.etcd_ttl, manager=manager)
+        etcd_ttl_s=args.etcd_ttl, manager=manager, credentials=credentials_from(args),
+        open_read_only=args.open_read_only)
     asyncio.run(serve(options))
     return 0

@@ -14,6 +14,7 @@ import sys
 
 from tenor.admin.naming import ModelName, parse_model_name, parse_name
 from tenor.admin.store import ROOT_ENV, list_cells, resolve_root
+from tenor.cli.credential_flags import add_credential_flags, credentials_from
 from tenor.errors import UserError
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -50,6 +51,7 @@ def _verb(subparsers: argparse._SubParsersAction, name: str, help_text: str, fun
     parser.add_argument("--root", help=f"cell root: file://DIR or etcd://HOST:PORT[/prefix] (default ${ROOT_ENV})")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                         help=f"seconds to find the admin and get an answer (default {DEFAULT_TIMEOUT_S:g})")
+    add_credential_flags(parser)
     parser.set_defaults(func=func)
     return parser
 
@@ -83,7 +85,8 @@ def _checkpoint(text: str) -> str:
 def _client(args: argparse.Namespace, name: ModelName):
     from tenor.client.admin_client import AdminClient  # grpc loads only for verbs that talk to the admin
 
-    return AdminClient(resolve_root(args.root), name.cell_name, timeout_s=args.timeout)
+    return AdminClient(resolve_root(args.root), name.cell_name, timeout_s=args.timeout,
+                       credentials=credentials_from(args))
 
 
 def _publish(args: argparse.Namespace) -> int:
@@ -134,7 +137,7 @@ def _ls(args: argparse.Namespace) -> int:
     from tenor.client.admin_client import AdminClient
 
     cell = name.cell_name if isinstance(name, ModelName) else name
-    client = AdminClient(resolve_root(args.root), cell, timeout_s=args.timeout)
+    client = AdminClient(resolve_root(args.root), cell, timeout_s=args.timeout, credentials=credentials_from(args))
     try:
         models = client.list(str(name))
         groups = {s.address: s.spec.group_size for s in client.stats().servers if s.spec.group_size > 1} \

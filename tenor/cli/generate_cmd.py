@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import uuid
 
-from tenor.engine.api import GenerateRequest, SamplingParams
+from tenor.engine.api import SamplingParams
 from tenor.errors import UserError
+from tenor.hardware import DTYPE_CHOICES, QUANTIZE_CHOICES
 
 
 def register(subparsers) -> None:
@@ -16,7 +16,10 @@ def register(subparsers) -> None:
     p.add_argument("prompt", help="the prompt (or comma-separated token ids for tokenized models)")
     p.add_argument("--model", default=None, help="registry name or checkpoint path (default: SmolLM2-135M-Instruct)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
-    p.add_argument("--dtype", choices=["bfloat16", "float32"], default=None)
+    p.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
+                   help="activations dtype; auto (the default) picks bfloat16 only where the CPU computes it natively")
+    p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
+                   help="linear weights: auto (the default), none (in --dtype, exact), fp16 (FBGEMM), int8 (decode) + fp16")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -33,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from tenor.registry import resolve_model
 
     servable, checkpoint = resolve_model(args.model, args.dtype)
+    if args.quantize is not None:
+        servable = servable.with_overrides(quantize=args.quantize)
     if args.tensor_parallel < 1:
         raise UserError(f"--tensor-parallel must be >= 1, got {args.tensor_parallel}")
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
@@ -52,34 +57,18 @@ async def _generate(servable, checkpoint, prompt: str, chat: bool, sampling: Sam
                     tensor_parallel: int = 1) -> list[dict]:
     from tenor.dist.local import local_group
     from tenor.engine.factory import EngineOptions, create_engine
+    from tenor.server.pipeline import ChatPrompt, RequestPipeline, TextPrompt
 
     with local_group(servable, tensor_parallel) as local:
         engine = create_engine(servable, checkpoint, EngineOptions(warmup=False, max_waiting=1, group=local.leader))
         await engine.start()
         try:
-            return await _sample(engine, servable, prompt, chat, sampling)
+            pipeline = RequestPipeline(engine, servable.tokenized)
+            if chat:
+                ids = pipeline.prompt_ids(ChatPrompt(({"role": "user", "content": prompt},), field="PROMPT"))
+            else:
+                ids = pipeline.prompt_ids(TextPrompt(prompt, field="PROMPT"))
+            samples = await pipeline.collect(pipeline.request("gen", ids, sampling))
         finally:
             await engine.stop()
-
-
-async def _sample(engine, servable, prompt: str, chat: bool, sampling: SamplingParams) -> list[dict]:
-    from tenor.tokenizer import format_token_ids, parse_token_ids
-
-    if servable.tokenized:
-        ids = parse_token_ids(prompt)
-    elif chat:
-        text = engine.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
-        ids = engine.tokenizer.encode(text, add_special_tokens=False)
-    else:
-        ids = engine.tokenizer.encode(prompt)
-    texts = [""] * sampling.n
-    tokens: list[list[int]] = [[] for _ in range(sampling.n)]
-    scores = [0.0] * sampling.n
-    async for output in engine.generate(GenerateRequest(f"gen-{uuid.uuid4().hex}", tuple(ids), sampling)):
-        for delta in output.deltas:
-            texts[delta.index] += delta.text
-            tokens[delta.index].extend(delta.token_ids)
-            scores[delta.index] = delta.cumulative_logprob
-    if servable.tokenized:
-        texts = [format_token_ids(t) for t in tokens]
-    return [{"text": t, "token_ids": ids, "score": s} for t, ids, s in zip(texts, tokens, scores)]
+    return [{"text": s.text, "token_ids": s.token_ids, "score": s.cumulative_logprob} for s in samples]

@@ -12,6 +12,7 @@ from typing import Sequence, TextIO
 
 from tenor.client.client import ClientOptions, ExtraValue, LanguageModel, Model, Sample, StreamItem
 from tenor.errors import UserError
+from tenor.cli.credential_flags import add_credential_flags, credentials_from
 from tenor.cli.table import render_table
 
 DEFAULT_TIMEOUT_S = 60.0  # saxutil's --sax_timeout
@@ -44,6 +45,7 @@ def _common_flags(parser: argparse.ArgumentParser) -> None:
                         help="call these model servers directly instead of asking the cell's admin")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                         help=f"seconds for the whole call, retries included (default {DEFAULT_TIMEOUT_S:g})")
+    add_credential_flags(parser)
 
 
 def parse_extra(text: str) -> dict[str, ExtraValue]:
@@ -88,8 +90,9 @@ def _open(args: argparse.Namespace) -> Model:
     if args.timeout <= 0:
         raise UserError(f"--timeout must be > 0, got {args.timeout}")
     addresses = tuple(a for a in args.addresses.split(",") if a)
-    root = None if addresses else resolve_root(args.root)
-    return Model(args.model, ClientOptions(timeout_s=args.timeout, root=root, addresses=addresses))
+    root = args.root if addresses else resolve_root(args.root)  # with addresses, the root only holds the token
+    return Model(args.model, ClientOptions(timeout_s=args.timeout, root=root, addresses=addresses,
+                                           credentials=credentials_from(args)))
 
 
 def _generate(args: argparse.Namespace) -> int:

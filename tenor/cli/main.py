@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "tenor.cli.model_server_cmd",  # model-server serve
     "tenor.cli.cell_cmd",  # publish, unpublish, update, ls, watch
     "tenor.cli.lm_cmd",  # lm.generate, lm.score
+    "tenor.cli.token_cmd",  # token rotate
     "tenor.cli.bench_cmd",  # bench
 )
 

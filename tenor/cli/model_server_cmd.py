@@ -15,6 +15,8 @@ import argparse
 import logging
 import re
 
+from tenor.cli.connection_flags import add_connection_flags, connection_limits_from
+from tenor.cli.credential_flags import add_credential_flags, credentials_from
 from tenor.errors import UserError
 
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]i?B?|B)?$", re.IGNORECASE)
@@ -39,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="seconds between Joins to the admin (default 2)")
     serve.add_argument("--drain-timeout", type=float, default=5.0, metavar="S",
                        help="seconds in-flight requests get when a model is unloaded (default 5)")
+    add_credential_flags(serve)
+    add_connection_flags(serve)
     serve.add_argument("--group-size", type=int, default=None, metavar="N",
                        help="ranks in this server's model-server group (default: $LWS_GROUP_SIZE, else 1)")
     serve.add_argument("--group-rank", type=int, default=None, metavar="R",
@@ -108,6 +112,8 @@ def _serve(args: argparse.Namespace) -> int:
         servable_configs=configs,
         rejoin_s=args.rejoin_interval,
         drain_timeout_s=args.drain_timeout,
+        credentials=credentials_from(args),
+        http_limits=connection_limits_from(args),
         group=group,
     )
     # tenor's own lines (model status changes) at INFO; libraries (httpx to etcd...) only when they warn.

@@ -2,7 +2,7 @@
 /healthcheck, /metrics), with nothing to configure.
 
     tenor serve [--model NAME|PATH] [--host 127.0.0.1] [--port 8000]
-                [--dtype bfloat16|float32] [--api-key KEY] [--max-waiting N]
+                [--dtype auto|bfloat16|float32] [--quantize auto|none|fp16|int8] [--api-key KEY] [--max-waiting N]
                 [--kv-cache-gb G] [--quantize-kv-cache] [--drain-timeout S]
 
 --model is a registry name (`llama.SmolLM2_135M_Instruct`, `test.TinyLlamaRandom`, ...) or
@@ -18,8 +18,10 @@ import os
 from pathlib import Path
 
 from tenor import registry
+from tenor.cli.connection_flags import add_connection_flags, connection_limits_from
 from tenor.engine.factory import EngineOptions, create_engine
 from tenor.errors import UserError
+from tenor.hardware import QUANTIZE_CHOICES
 from tenor.registry import ServableConfig
 from tenor.server.serve import run_server
 
@@ -39,7 +41,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default: 8000)")
     parser.add_argument("--dtype", choices=registry.DTYPES, default=None,
-                        help="weights and activations dtype (default: the model config's)")
+                        help="activations dtype (default: the model config's, auto for the default model: "
+                        "bfloat16 where the CPU computes it natively, else float32)")
+    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
+                        help="how linear weights are stored: auto (default: int8 for decode + fp16 for prefill "
+                        "beside float32 activations on x86), none (in --dtype; exact), fp16 (FBGEMM's fp16 GEMM), "
+                        "int8")
     parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                         help=f"require 'Authorization: Bearer KEY' on /v1/* and /generate (default: ${API_KEY_ENV})")
     parser.add_argument("--max-waiting", type=int, default=EngineOptions.max_waiting,
@@ -50,15 +57,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--quantize-kv-cache", action="store_true", help="keep the KV cache in int8")
     parser.add_argument("--drain-timeout", type=float, default=10.0,
                         help="seconds in-flight requests may take to finish after SIGTERM (default: 10)")
+    parser.add_argument("--grpc-port", type=int, default=None,
+                        help="also serve JetStream's gRPC Orchestrator (Decode, HealthCheck) on this port; 0 picks one")
+    add_connection_flags(parser)
     parser.add_argument("--tensor-parallel", "-tp", type=int, default=1, metavar="N",
                         help="shard the model over N local processes, the cores split between them (default: 1)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    limits = connection_limits_from(args)
     servable, checkpoint = resolve_model(args.model)
     if args.dtype is not None:
         servable = servable.with_overrides(dtype=args.dtype)
+    if args.quantize is not None:
+        servable = servable.with_overrides(quantize=args.quantize)
     options = engine_options(args.max_waiting, args.kv_cache_gb, args.quantize_kv_cache)
     if args.tensor_parallel < 1:
         raise UserError(f"--tensor-parallel must be >= 1, got {args.tensor_parallel}")
@@ -72,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             api_key=args.api_key,
             drain_timeout_s=args.drain_timeout,
+            grpc_port=args.grpc_port,
+            tokenized=servable.tokenized,
+            limits=limits,
         )
 
 

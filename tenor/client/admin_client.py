@@ -16,10 +16,11 @@ import grpc
 
 from tenor.admin.naming import CellName, parse_cell_name
 from tenor.admin.store import AdminLocation, StoreError, open_store, resolve_root
+from tenor.auth.channels import CellAccess, CellCredentials, open_access
 from tenor.errors import UserError
 from tenor.proto import admin_pb2, admin_pb2_grpc, common_pb2
 
-__all__ = ["AdminClient", "AdminError", "AdminUnavailableError", "JoinLoop", "LocationUpdate", "LocationWatch",
+__all__ = ["AdminClient", "AdminError", "AdminUnavailableError", "LocationUpdate", "LocationWatch",
            "resolve_root"]
 
 # A frozen admin must not hold a short call forever: retry after this, maybe on a new leader.
@@ -63,11 +64,14 @@ class LocationUpdate:
 class AdminClient:
     """Thread-safe. `cell` is "/tenor/<cell>"."""
 
-    def __init__(self, root: str, cell: str | CellName, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, root: str, cell: str | CellName, *, timeout_s: float = 30.0,
+                 credentials: CellCredentials = CellCredentials(), access: CellAccess | None = None) -> None:
         self.cell = cell if isinstance(cell, CellName) else parse_cell_name(cell)
         self.root = resolve_root(root)
         self.timeout_s = timeout_s
         self._store = open_store(self.root, self.cell)
+        self._owns_access = access is None
+        self.access = access or open_access(credentials, self._store)
         self._lock = threading.Lock()
         self._address = ""
         self._channel: grpc.Channel | None = None
@@ -89,7 +93,7 @@ class AdminClient:
                 if location is None:
                     raise _Retry(f"no admin server has started for {self.cell} in {self.root}")
                 self._address = location.address
-                self._channel = grpc.insecure_channel(location.address)
+                self._channel = self.access.channel(location.address)
             return self._channel
 
     def _poison(self, channel: grpc.Channel | None) -> None:
@@ -119,9 +123,10 @@ class AdminClient:
                 # CANCELLED: another thread closed the channel after it failed there; DEADLINE_EXCEEDED
                 # with time left: one attempt's cap, e.g. a frozen admin.
                 retryable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) or (
-                    code == grpc.StatusCode.DEADLINE_EXCEEDED and deadline - time.monotonic() > 0)
+                    code == grpc.StatusCode.DEADLINE_EXCEEDED and deadline - time.monotonic() > 0) or (
+                    code == grpc.StatusCode.UNAUTHENTICATED and self.access.tokens.refreshed())
                 if not retryable:
-                    raise AdminError(code, exc.details() or code.name) from None
+                    raise self._refusal(code, exc.details() or code.name) from None
                 last = f"{self._address}: {exc.details() or code.name}"
             self._poison(channel)
             time.sleep(max(0.0, min(backoff, deadline - time.monotonic())))
@@ -132,6 +137,13 @@ class AdminClient:
             return getattr(stub, method)(request, timeout=remaining if long else min(remaining, _ATTEMPT_TIMEOUT_S))
 
         return self._with_retries(attempt, timeout_s)
+
+    def _refusal(self, code: grpc.StatusCode, details: str) -> AdminError:
+        if code == grpc.StatusCode.UNAUTHENTICATED and self.access.tokens.sending() is None:
+            where = self.access.tokens.description
+            reason = self.access.tokens.last_error or "no token there"
+            details = f"the admin wants the cell token and none was found in {where} ({reason})"
+        return AdminError(code, details)
 
     # --- the Admin service -------------------------------------------------------------
 
@@ -200,6 +212,8 @@ class AdminClient:
             channel, self._channel = self._channel, None
         if channel is not None:
             channel.close()
+        if self._owns_access:
+            self.access.tokens.stop()
         self._store.close()
 
 
@@ -246,54 +260,7 @@ class LocationWatch:
                 # UNAVAILABLE: the admin died or stepped down; CANCELLED: its channel was closed by a
                 # thread that saw it fail. Both mean: find the active admin again.
                 if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-                    raise AdminError(exc.code(), exc.details() or exc.code().name) from None
+                    raise self._client._refusal(exc.code(), exc.details() or exc.code().name) from None
             self._client._poison(channel)
             self._closed.wait(backoff)
             backoff = min(backoff * 1.5, _BACKOFF_MAX_S)
-
-
-class JoinLoop:
-    """A model server's membership: Join at start, at once when the admin moves, and every
-    `rejoin_s` (Join is idempotent, so a server dropped after a network blip comes back)."""
-
-    def __init__(self, root: str, cell: str | CellName, address: str, http_address: str,
-                 spec: common_pb2.ServerSpec, *, rejoin_s: float = 2.0, check_s: float = 0.25) -> None:
-        self._client = AdminClient(root, cell, timeout_s=2.0)
-        self._request = (address, http_address, spec)
-        self.rejoin_s = rejoin_s
-        self.check_s = check_s
-        self._stop = threading.Event()
-        self._joined = threading.Event()
-        self.admin_id = ""
-        self.last_error = ""
-        self._thread = threading.Thread(target=self._run, name=f"join-{address}", daemon=True)
-
-    def start(self) -> "JoinLoop":
-        self._thread.start()
-        return self
-
-    def wait_joined(self, timeout_s: float) -> bool:
-        return self._joined.wait(timeout_s)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self._client.close()
-
-    def _run(self) -> None:
-        last_join = 0.0
-        while not self._stop.is_set():
-            try:
-                location = self._client.location()
-            except StoreError as exc:
-                location, self.last_error = None, str(exc)
-            moved = location is not None and location.admin_id != self.admin_id
-            if location is not None and (moved or time.monotonic() - last_join >= self.rejoin_s):
-                try:
-                    self.admin_id = self._client.join(*self._request, timeout_s=min(2.0, self.rejoin_s))
-                    last_join = time.monotonic()
-                    self.last_error = ""
-                    self._joined.set()
-                except AdminError as exc:
-                    self.last_error = str(exc)
-            self._stop.wait(self.check_s)

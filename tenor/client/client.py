@@ -10,6 +10,7 @@ ModelNotFoundError.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Callable, Iterator, Mapping, Sequence, TypeVar
 
 import grpc
 
+from tenor.auth.channels import CellAccess, CellCredentials, open_access
 from tenor.client.location import (
     LocationWatcher,
     ModelNotFoundError,
@@ -37,6 +39,7 @@ class ClientOptions:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     root: str | None = None  # cell root; None: $TENOR_ROOT
     addresses: tuple[str, ...] = ()  # call these model servers directly, without the admin
+    credentials: CellCredentials = field(default_factory=CellCredentials)  # default: the root's token
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -74,7 +77,8 @@ def extra_inputs(extra: Mapping[str, ExtraValue] | None) -> lm_pb2.ExtraInputs:
 class _Channels:
     """One gRPC channel per model-server address, shared by every call."""
 
-    def __init__(self) -> None:
+    def __init__(self, access: CellAccess) -> None:
+        self._access = access
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
 
@@ -82,7 +86,7 @@ class _Channels:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = grpc.insecure_channel(address)
+                channel = self._channels[address] = self._access.channel(address)
         return lm_pb2_grpc.LMServiceStub(channel)
 
     def close(self) -> None:
@@ -101,7 +105,8 @@ class Model:
         self.name = str(parse_model_name(name))
         self.options = options
         self._replicas = Replicas(options.addresses)
-        self._channels = _Channels()
+        self._store, self._access = _open_access(self.name, options)
+        self._channels = _Channels(self._access)
         self._watcher: LocationWatcher | None = None
         self._admin = None  # AdminClient, once watching
         self._location_watch = None  # its LocationWatch, closed to end the watcher's stream
@@ -119,6 +124,9 @@ class Model:
             if self._admin is not None:
                 self._admin.close()
         self._channels.close()
+        self._access.tokens.stop()
+        if self._store is not None:
+            self._store.close()
 
     def __enter__(self) -> "Model":
         return self
@@ -130,11 +138,21 @@ class Model:
         """attempt(stub, seconds_left) on a replica, retried on others within the deadline."""
         self._watch_once()
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.options.timeout_s)
-        try:
+        def on_replicas() -> T:
             return call_with_retry(
                 self.name, self._replicas, lambda address, left: attempt(self._channels.stub(address), left),
                 deadline, self.options.retry,
             )
+
+        try:
+            try:
+                return on_replicas()
+            except grpc.RpcError as exc:
+                # Refused with a token that has just changed (a rotation): once more with the new one.
+                code = exc.code() if callable(getattr(exc, "code", None)) else None
+                if code != grpc.StatusCode.UNAUTHENTICATED or not self._access.tokens.refreshed():
+                    raise
+                return on_replicas()
         except grpc.RpcError as exc:
             raise rpc_error(exc) from None
 
@@ -146,7 +164,8 @@ class Model:
                 from tenor.admin.naming import parse_model_name
                 from tenor.client.admin_client import AdminClient, resolve_root
 
-                self._admin = AdminClient(resolve_root(self.options.root), parse_model_name(self.name).cell_name)
+                self._admin = AdminClient(resolve_root(self.options.root), parse_model_name(self.name).cell_name,
+                                          access=self._access)
                 self._watcher = LocationWatcher(self.name, self._watch_addresses, self._replicas).start()
 
     def _watch_addresses(self, name: str) -> Iterator[tuple[str, ...]]:
@@ -165,6 +184,18 @@ class Model:
             raise
         finally:
             watch.close()
+
+
+def _open_access(name: str, options: ClientOptions) -> tuple[object | None, CellAccess]:
+    """The credential for this model's cell: from the root when there is one (proxy mode may have none)."""
+    from tenor.admin.naming import parse_model_name
+    from tenor.admin.store import ROOT_ENV, open_store, resolve_root
+
+    root = options.root or os.environ.get(ROOT_ENV)
+    store = None
+    if root and options.credentials.from_root:
+        store = open_store(resolve_root(root), parse_model_name(name).cell_name)
+    return store, open_access(options.credentials, store)
 
 
 def rpc_error(exc: grpc.RpcError) -> Exception:

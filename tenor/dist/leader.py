@@ -44,15 +44,18 @@ def servable_to_json(servable: ServableConfig) -> dict:
 
 
 def servable_from_json(data: dict) -> ServableConfig:
-    return ServableConfig(**{**data, "model": ModelConfig.from_dict(data["model"])})
+    return ServableConfig(**{**data, "model": ModelConfig.from_dict(data["model"]),
+                             "group_sizes": tuple(data.get("group_sizes", (1,)))})
 
 
-def load_rank_model(group: Group, servable: ServableConfig, checkpoint: str | None) -> RankModel:
-    """This rank's shard of the model, read from its slices of the checkpoint."""
+def load_rank_model(group: Group, servable: ServableConfig, checkpoint: str | None, dtype_name: str,
+                    weight_format: str) -> RankModel:
+    """This rank's shard of the model, read from its slices of the checkpoint, in the precision
+    the leader chose (every rank must store its weights the same way)."""
     source = open_source(checkpoint, servable.model, servable.seed)
     shard = plan_shard(source.config, group.size, group.rank)
-    dtype = parse_dtype(servable.dtype)
-    local, config = load_shard(source, shard, dtype, servable.max_target_length)
+    dtype = parse_dtype(dtype_name)
+    local, config = load_shard(source, shard, dtype, servable.max_target_length, weight_format)
     return RankModel(ShardedLM(local, shard, config.vocab_size, group), config, source.tokenizer_path, dtype)
 
 
@@ -63,6 +66,7 @@ class LeaderModel(nn.Module):
         super().__init__()
         self.sharded = sharded
         self.leader = leader
+        self.native_kernels = sharded.native_kernels  # the runner reads it to fill AttentionBatch.native
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
                 batch: AttentionBatch, logits_rows: torch.Tensor) -> torch.Tensor:
@@ -114,12 +118,13 @@ class GroupLeader:
             finally:
                 self._last_sent = time.monotonic()
 
-    def load(self, servable: ServableConfig, checkpoint: str | None) -> RankModel:
+    def load(self, servable: ServableConfig, checkpoint: str | None, dtype: str, weight_format: str) -> RankModel:
         check_group_size(servable.model, self.spec.size)  # before anyone loads (random weights' shapes)
         with self.collectives():
             messages.send(self.group, Kind.LOAD, messages.encode_json(
-                {"servable": servable_to_json(servable), "checkpoint": checkpoint}))
-            ranked = load_rank_model(self.group, servable, checkpoint)
+                {"servable": servable_to_json(servable), "checkpoint": checkpoint, "dtype": dtype,
+                 "weights": weight_format}))
+            ranked = load_rank_model(self.group, servable, checkpoint, dtype, weight_format)
             self.group.wait_all("loading the model")
         self.local_kv_heads = ranked.model.local.config.num_kv_heads
         ranked.model = LeaderModel(ranked.model, self)  # type: ignore[assignment]

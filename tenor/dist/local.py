@@ -91,6 +91,7 @@ def local_group(servable, size: int):
     from tenor.dist.leader import GroupLeader
 
     spec, workers, threads = start_local_group(size)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # the engine thread keeps this rank's share too
     torch.set_num_threads(threads)
     leader = None
     try:

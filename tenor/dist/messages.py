@@ -60,14 +60,18 @@ def decode_json(payload: torch.Tensor) -> dict:
     return json.loads(bytes(payload.to(torch.uint8).tolist()).decode())
 
 
+HEADER = 9  # counts and sizes that lead a STEP payload
+
+
 def encode_step(step: StepInputs) -> torch.Tensor:
     b = step.batch
     blocks = b.decode_blocks if b.decode_blocks is not None else torch.zeros(0, 0, dtype=torch.long)
     # decode_mask is [K * B, 1, S], kv-head major: its first B rows are the per-sequence mask.
     mask = b.decode_mask[: blocks.shape[0], 0] if b.decode_mask is not None else torch.zeros(0, 0, dtype=torch.bool)
+    lengths = b.decode_lengths if b.decode_lengths is not None else torch.zeros(0, dtype=torch.long)
     header = [step.input_ids.numel(), step.logits_rows.numel(), b.num_decode, b.decode_span,
               blocks.shape[0], blocks.shape[1], mask.shape[1] if b.decode_mask is not None else -1,
-              len(b.prefills)]
+              len(b.prefills), lengths.numel() if b.decode_lengths is not None else -1]
     spans: list[int] = []
     contexts: list[torch.Tensor] = []
     for span in b.prefills:
@@ -76,15 +80,15 @@ def encode_step(step: StepInputs) -> torch.Tensor:
         if span.context_slots is not None:
             contexts.append(span.context_slots.reshape(-1))
     parts = [torch.tensor(header + spans, dtype=torch.int64), step.input_ids, step.positions, b.slot_mapping,
-             step.logits_rows, blocks.reshape(-1), mask.reshape(-1), *contexts]
+             step.logits_rows, blocks.reshape(-1), mask.reshape(-1), lengths.reshape(-1), *contexts]
     return torch.cat([p.to(torch.int64) for p in parts])
 
 
 def decode_step(payload: torch.Tensor, num_kv_heads: int) -> StepInputs:
     """The forward's inputs on a worker; the decode mask is repeated for this rank's KV heads."""
     values = payload
-    t, r, num_decode, span, nb, nblk, mask_len, num_prefills = values[:8].tolist()
-    at = 8
+    t, r, num_decode, span, nb, nblk, mask_len, num_prefills, num_lengths = values[:HEADER].tolist()
+    at = HEADER
     spans = values[at: at + 4 * num_prefills].view(-1, 4).tolist() if num_prefills else []
     at += 4 * num_prefills
 
@@ -99,10 +103,11 @@ def decode_step(payload: torch.Tensor, num_kv_heads: int) -> StepInputs:
     mask = None
     if mask_len >= 0:
         mask = take(nb * mask_len).view(nb, mask_len).bool().repeat(num_kv_heads, 1)[:, None, :]
+    lengths = take(num_lengths) if num_lengths >= 0 else None
     prefills = []
     for start, length, cached, n in spans:
         prefills.append(PrefillSpan(start, length, cached, None if n < 0 else take(n)))
     batch = AttentionBatch(slot_mapping=slots, num_decode=num_decode,
                            decode_blocks=blocks if num_decode else None, decode_mask=mask,
-                           prefills=prefills, decode_span=span)
+                           prefills=prefills, decode_span=span, decode_lengths=lengths)
     return StepInputs(ids, positions, batch, rows)

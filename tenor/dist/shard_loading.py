@@ -136,8 +136,8 @@ def _gguf_source(path: Path) -> ShardSource:
     return ShardSource(config, list(float_specs(config)), read, tokenizer)
 
 
-def load_shard(source: ShardSource, shard: RankShard, dtype: torch.dtype,
-               max_positions: int | None = None) -> tuple[nn.Module, ModelConfig]:
+def load_shard(source: ShardSource, shard: RankShard, dtype: torch.dtype, max_positions: int | None = None,
+               weight_format: str = "dense") -> tuple[nn.Module, ModelConfig]:
     """This rank's model (built with its local shapes) and the full model's config."""
     config = source.config
     if max_positions is not None and config.max_position_embeddings < max_positions:
@@ -146,4 +146,4 @@ def load_shard(source: ShardSource, shard: RankShard, dtype: torch.dtype,
     for name in source.names:
         piece = tensor_slice(config, shard, name)
         weights[name] = finish(source.read(name, piece), piece, shard.rank)
-    return build_model(local_config(config, shard), weights, dtype), config
+    return build_model(local_config(config, shard), weights, dtype, weight_format), config

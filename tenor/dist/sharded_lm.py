@@ -27,6 +27,7 @@ class ShardedLM(nn.Module):
         self.shard = shard
         self.vocab_size = vocab_size
         self.group = group
+        self.native_kernels = getattr(local, "native_kernels", False)
         for block in local.layers:
             for name in ROW_PARALLEL:
                 layer = getattr(block, name, None)

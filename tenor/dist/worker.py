@@ -54,7 +54,8 @@ class WorkerLoop:
     def _load(self, document: dict) -> None:
         self.ranked, self.cache = None, None
         servable = servable_from_json(document["servable"])
-        self.ranked = load_rank_model(self.group, servable, document.get("checkpoint"))
+        self.ranked = load_rank_model(self.group, servable, document.get("checkpoint"), document["dtype"],
+                                      document["weights"])
         self.group.wait_all("loading the model")
 
     def _allocate(self, num_blocks: int, block_size: int, quantized: int) -> None:
@@ -66,6 +67,7 @@ class WorkerLoop:
     def _step(self, payload: torch.Tensor) -> None:
         assert self.ranked is not None and self.cache is not None, "STEP before LOAD and CACHE"
         step = messages.decode_step(payload, self.cache.num_kv_heads)
+        step.batch.native = self.ranked.model.native_kernels  # this rank's own kernels
         self.ranked.model(step.input_ids, step.positions, self.cache, step.batch, step.logits_rows)
         self.steps += 1
 

@@ -137,6 +137,33 @@ class EngineLimits:
         if sampling.n > self.max_samples:
             raise InvalidRequestError(f"n must be at most {self.max_samples}, got {sampling.n}")
 
+    def check_score(self, num_prefix_tokens: int, num_suffix_tokens: int) -> None:
+        """A score is one prefill over prefix + suffix: the prompt limit applies."""
+        total = num_prefix_tokens + num_suffix_tokens
+        if total > self.max_prefill_predict_length:
+            raise InvalidRequestError(
+                f"prefix + suffix is {total} tokens; this model scores at most {self.max_prefill_predict_length}"
+            )
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """What the engine runs on and with: the CPU, and the precision chosen for it and why."""
+
+    cpu: str  # model name
+    isa: str  # e.g. "AVX2 FMA", "AMX AVX512-BF16 AVX-512 AVX2 FMA"
+    threads: int
+    dtype: str  # activations
+    weights: str  # how linear weights are stored: "dense", "fp16", ...
+    reason: str
+
+    def describe(self) -> str:
+        from tenor.hardware import WEIGHT_LABELS
+
+        weights = WEIGHT_LABELS.get(self.weights, self.weights)
+        return (f"{self.cpu} ({self.isa}), {self.threads} threads: {self.dtype} activations, {weights}; "
+                f"{self.reason}")
+
 
 @dataclass(frozen=True)
 class EngineStats:
@@ -150,6 +177,7 @@ class EngineStats:
     num_preemptions: int
     prompt_tokens_total: int
     generation_tokens_total: int
+    runtime: RuntimeInfo | None = None  # None until loaded, and for engines without a CPU story
 
 
 class HealthState(str, enum.Enum):
@@ -165,12 +193,22 @@ class Tokenizer(Protocol):
     """The text side of a model; tenor.tokenizer.Tokenizer implements it."""
 
     eos_token_ids: tuple[int, ...]
+    vocab_size: int  # ids at or past it are out of range
+    bos_token_id: int | None
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
 
     def apply_chat_template(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str: ...
+
+    def encode_chat(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        """The ids of the rendered conversation (the template writes the special tokens)."""
+        ...
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The token's own bytes: for a byte-fallback token the byte, not U+FFFD's."""
+        ...
 
 
 @runtime_checkable
@@ -194,6 +232,9 @@ class Engine(Protocol):
 
     async def score(self, prefix_token_ids: Sequence[int], suffix_token_ids: Sequence[int]) -> float:
         """log P(suffix | prefix), the sum of the suffix tokens' logprobs."""
+
+    async def token_logprobs(self, prefix_token_ids: Sequence[int], suffix_token_ids: Sequence[int]) -> tuple[float, ...]:
+        """Each suffix token's logprob given everything before it (what `score` sums)."""
 
     def health(self) -> HealthState: ...
 

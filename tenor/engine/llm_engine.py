@@ -14,22 +14,33 @@ import itertools
 import logging
 import threading
 import time
-from typing import AsyncIterator, Sequence as Seq
+from typing import AsyncIterator
+from typing import Sequence as Seq
 
 import torch
 
 from tenor.engine.api import (
-    EngineLimits, EngineStats, EngineUnavailableError, GenerateRequest, HealthState,
-    InvalidRequestError, OverloadedError, RequestOutput, SamplingParams,
+    EngineLimits,
+    EngineStats,
+    EngineUnavailableError,
+    GenerateRequest,
+    HealthState,
+    InvalidRequestError,
+    OverloadedError,
+    RequestOutput,
+    RuntimeInfo,
+    SamplingParams,
 )
 from tenor.engine.block_manager import BlockManager
-from tenor.engine.factory import EngineOptions
 from tenor.engine.model_loader import LoadedModel, load_model
+from tenor.engine.options import EngineOptions
 from tenor.engine.request_state import RequestState
 from tenor.engine.runner import ModelRunner
 from tenor.engine.sampling import sample
 from tenor.engine.scheduler import Scheduler, SchedulerConfig
 from tenor.engine.sequence import Sequence
+from tenor.hardware import configure_threads, cpu_info
+from tenor.memory import default_kv_cache_bytes, kv_bytes_per_token
 from tenor.models.layers import PagedKVCache
 from tenor.registry import ServableConfig
 
@@ -61,6 +72,7 @@ class LLMEngine:
         self._prompt_tokens = 0
         self._generated_tokens = 0
         self._group = None  # tenor.dist.leader.GroupLeader when leading a model-server group
+        self._runtime: RuntimeInfo | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -81,15 +93,19 @@ class LLMEngine:
         gc.freeze()
         self._state = HealthState.READY
 
-    def _setup(self, loaded: LoadedModel) -> None:
+    def _setup(self, loaded: LoadedModel, threads: int) -> None:
         cfg = loaded.config
+        cpu, precision = cpu_info(), loaded.precision
+        self._runtime = RuntimeInfo(cpu.model_name, cpu.isa, threads, precision.dtype, precision.weights,
+                                    precision.reason)
         self.tokenizer = loaded.tokenizer
         self._vocab_size = cfg.vocab_size
         self._eos = tuple(sorted(set(cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids)))
         kv_heads = loaded.cache_kv_heads or cfg.num_kv_heads  # a group rank caches only its heads
-        per_slot = PagedKVCache.bytes_per_slot(cfg.num_layers, kv_heads, cfg.head_dim, loaded.dtype,
-                                               self._options.quantize_kv_cache)
-        budget = self._options.kv_cache_bytes or default_kv_bytes(self.servable, per_slot)
+        per_slot = kv_bytes_per_token(cfg, str(loaded.dtype), self._options.quantize_kv_cache) \
+            // cfg.num_kv_heads * kv_heads  # linear in the KV heads
+        budget = self._options.kv_cache_bytes or default_kv_cache_bytes(
+            self.servable.max_batch_size, self.servable.max_target_length, per_slot)
         num_blocks = max(budget // (per_slot * BLOCK_SIZE), 1)
         if num_blocks * BLOCK_SIZE < self.servable.max_target_length:
             raise ValueError(
@@ -152,6 +168,7 @@ class LLMEngine:
             num_preemptions=sched.num_preemptions if sched else 0,
             prompt_tokens_total=self._prompt_tokens,
             generation_tokens_total=self._generated_tokens,
+            runtime=self._runtime,
         )
 
     # ---- requests --------------------------------------------------------------------
@@ -211,9 +228,12 @@ class LLMEngine:
                 self._wake.set()
 
     async def score(self, prefix_token_ids: Seq[int], suffix_token_ids: Seq[int]) -> float:
+        return float(sum(await self.token_logprobs(prefix_token_ids, suffix_token_ids)))
+
+    async def token_logprobs(self, prefix_token_ids: Seq[int], suffix_token_ids: Seq[int]) -> tuple[float, ...]:
         prefix = list(prefix_token_ids)
         if not prefix:
-            bos = getattr(self.tokenizer, "bos_token_id", None)
+            bos = self.tokenizer.bos_token_id
             if bos is None:
                 raise InvalidRequestError("the prefix is empty and the model has no BOS token to score from")
             prefix = [bos]
@@ -223,11 +243,7 @@ class LLMEngine:
         self._check_token_ids(suffix_token_ids)
         total = len(prefix) + len(suffix_token_ids)
         self._admit_check(min(total, self.limits.max_prefill_predict_length), SamplingParams(max_tokens=1))
-        if total > self.limits.max_prefill_predict_length:
-            raise InvalidRequestError(
-                f"prefix + suffix is {total} tokens; this model scores at most "
-                f"{self.limits.max_prefill_predict_length}"
-            )
+        self.limits.check_score(len(prefix), len(suffix_token_ids))
         request = GenerateRequest(f"score-{next(_request_ids)}", tuple(prefix) + tuple(suffix_token_ids),
                                   SamplingParams(max_tokens=1))
         state = RequestState(request, asyncio.get_running_loop(), self.tokenizer, self._eos,
@@ -236,12 +252,13 @@ class LLMEngine:
         async for _ in self._stream(state):
             pass
         assert state.score is not None  # the stream ends only after finish_score (or raises)
-        return state.score
+        return state.score_logprobs
 
     # ---- the step thread -------------------------------------------------------------
     def _run(self, loop: asyncio.AbstractEventLoop, loaded: asyncio.Future) -> None:
         try:
-            self._setup(load_model(self.servable, self._checkpoint, self._options.group))
+            threads = configure_threads()
+            self._setup(load_model(self.servable, self._checkpoint, self._options.group), threads)
         except BaseException as exc:  # reported to start()'s caller
             loop.call_soon_threadsafe(_settle, loaded, exc)
             return
@@ -345,9 +362,3 @@ def group_rows(rows: list[tuple[Sequence, int]]) -> dict[Sequence, list[int]]:
     for i, (seq, _) in enumerate(rows):
         grouped.setdefault(seq, []).append(i)
     return grouped
-
-
-def default_kv_bytes(servable: ServableConfig, bytes_per_token: int) -> int:
-    """Enough for every slot at full context, capped at 2 GiB (set --kv-cache-gb for more)."""
-    want = servable.max_batch_size * servable.max_target_length * bytes_per_token
-    return min(want, 2 << 30)

@@ -26,29 +26,15 @@ from tenor.engine.api import (
     SampleDelta,
     TokenLogprob,
 )
+from tenor.tokenizer.byte_tokenizer import BYTE_OFFSET, EOS_ID, Utf8ByteTokenizer
 
-BYTE_OFFSET = 3
-EOS_ID = 2
+__all__ = ["BYTE_OFFSET", "EOS_ID", "ByteTokenizer", "MockEngine", "next_token"]
+
 TOKEN_LOGPROB = -0.5
 SCORE_LOGPROB = -0.25
-
-
-class ByteTokenizer:
-    """UTF-8 bytes as tokens. Chat template: 'role: content' lines, then 'assistant:'."""
-
-    eos_token_ids = (EOS_ID,)
-    vocab_size = 256 + BYTE_OFFSET
-
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return [b + BYTE_OFFSET for b in text.encode("utf-8")]
-
-    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        data = bytes(t - BYTE_OFFSET for t in token_ids if t >= BYTE_OFFSET)
-        return data.decode("utf-8", errors="replace")
-
-    def apply_chat_template(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
-        return text + ("assistant:" if add_generation_prompt else "")
+# The mock speaks the byte tokenizer of test models (token id = byte + 3), so that its
+# outputs read like a real test model's.
+ByteTokenizer = Utf8ByteTokenizer
 
 
 def next_token(token_id: int) -> int:
@@ -111,8 +97,11 @@ class MockEngine:
         )
 
     async def score(self, prefix_token_ids: Sequence[int], suffix_token_ids: Sequence[int]) -> float:
+        return float(sum(await self.token_logprobs(prefix_token_ids, suffix_token_ids)))
+
+    async def token_logprobs(self, prefix_token_ids: Sequence[int], suffix_token_ids: Sequence[int]) -> tuple[float, ...]:
         self._check_ready()
-        return SCORE_LOGPROB * len(suffix_token_ids)
+        return (SCORE_LOGPROB,) * len(suffix_token_ids)
 
     def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]:
         self._check_ready()

@@ -11,6 +11,7 @@ from torch import nn
 
 from tenor.engine.api import Tokenizer
 from tenor.errors import UserError
+from tenor.hardware import Precision, resolve_precision
 from tenor.models.config import ModelConfig
 from tenor.models.model import build_model, parse_dtype, random_weights
 from tenor.registry import ServableConfig
@@ -22,6 +23,7 @@ class LoadedModel:
     config: ModelConfig
     tokenizer: Tokenizer
     dtype: torch.dtype
+    precision: Precision
     group: object = None  # tenor.dist.leader.GroupLeader when the model is sharded over a group
     cache_kv_heads: int | None = None  # KV heads this process caches (its shard's); None: all
 
@@ -42,10 +44,14 @@ def resolve_checkpoint(servable: ServableConfig, checkpoint: str | None) -> str 
 
 
 def load_model(servable: ServableConfig, checkpoint: str | None, group=None) -> LoadedModel:
-    dtype = parse_dtype(servable.dtype)
+    try:
+        precision = resolve_precision(servable.dtype, servable.quantize)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    dtype = parse_dtype(precision.dtype)
     path = resolve_checkpoint(servable, checkpoint)
     if group is not None:  # this process leads a model-server group: each rank loads its slices
-        return _load_group_leader(servable, path, group)
+        return _load_group_leader(servable, path, group, precision)
     if path is None:
         config = servable.model
         weights = random_weights(config, servable.seed)
@@ -58,15 +64,16 @@ def load_model(servable: ServableConfig, checkpoint: str | None, group=None) -> 
         # The checkpoint decides the shapes; the servable config only how to serve them.
         if config.max_position_embeddings < servable.max_target_length:
             config = dataclasses.replace(config, max_position_embeddings=servable.max_target_length)
-    model = build_model(config, weights, dtype)
-    return LoadedModel(model, config, _load_tokenizer(servable, tokenizer_path), dtype)
+    model = build_model(config, weights, dtype, precision.weights)
+    return LoadedModel(model, config, _load_tokenizer(servable, tokenizer_path), dtype, precision)
 
 
-def _load_group_leader(servable: ServableConfig, path: str | None, leader) -> LoadedModel:
-    ranked = leader.load(servable, path)
+def _load_group_leader(servable: ServableConfig, path: str | None, leader, precision: Precision) -> LoadedModel:
+    # The leader decides the precision; workers build their shards with the same.
+    ranked = leader.load(servable, path, precision.dtype, precision.weights)
     tokenizer_path = Path(ranked.tokenizer_path) if ranked.tokenizer_path is not None else None
     return LoadedModel(ranked.model, ranked.config, _load_tokenizer(servable, tokenizer_path), ranked.dtype,
-                       group=leader, cache_kv_heads=leader.local_kv_heads)
+                       precision, group=leader, cache_kv_heads=leader.local_kv_heads)
 
 
 def _load_tokenizer(servable: ServableConfig, path: Path | None) -> Tokenizer:

@@ -25,6 +25,7 @@ class RequestState:
         self.loop = loop
         self.queue: asyncio.Queue = asyncio.Queue()
         self.score: float | None = None
+        self.score_logprobs: tuple[float, ...] = ()  # each scored token's logprob
         n = 1 if score_from is not None else request.sampling.n
         now = time.monotonic()
         prompt = list(request.prompt_token_ids)
@@ -57,7 +58,8 @@ class RequestState:
         return self._done[i]
 
     def finish_score(self, seq: Sequence) -> None:
-        self.score = float(sum(seq.score_logprobs))
+        self.score_logprobs = tuple(float(x) for x in seq.score_logprobs)
+        self.score = float(sum(self.score_logprobs))
         self._done[seq.sample_index] = True
         self._pending.append(SampleDelta(0, (), "", self.score, (), FinishReason.STOP))
 

@@ -49,10 +49,12 @@ class ModelRunner:
             decode_blocks=None,
             decode_mask=None,
             prefills=[],
+            native=self.model.native_kernels,
         )
         if decodes:
             batch.decode_blocks, batch.decode_mask = self._decode_context(decodes)
             batch.decode_span = max(c.start + 1 for c in decodes)
+            batch.decode_lengths = torch.tensor([c.start + 1 for c in decodes])
         offset = len(decodes)
         for chunk in prefills:
             context = None

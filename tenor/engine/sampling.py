@@ -29,7 +29,8 @@ def make_generator(params: SamplingParams, sample_index: int) -> torch.Generator
         return None
     gen = torch.Generator()
     if params.seed is not None:
-        gen.manual_seed(params.seed * 1_000_003 + sample_index)
+        # Any int64 seed is welcome; the generator takes 64 unsigned bits, so fold into them.
+        gen.manual_seed((params.seed * 1_000_003 + sample_index) % 2**64)
     else:
         gen.seed()
     return gen

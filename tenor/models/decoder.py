@@ -15,6 +15,7 @@ class DecoderLM(nn.Module):
     layers: nn.ModuleList
     lm_head: nn.Module
     rotary: Rotary
+    native_kernels: bool = False  # run tenor's fused float32 kernels (set by build_model)
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

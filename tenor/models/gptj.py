@@ -53,9 +53,10 @@ class GPTJModel(DecoderLM):
         self.rotary = Rotary(config.rotary_dim, config.max_position_embeddings, config.rope_theta,
                              None, interleaved=True)
 
-    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype,
+                     weight_format: str = "dense") -> None:
         c = self.config
-        take = WeightTaker(weights)
+        take = WeightTaker(weights, weight_format)
         d = (c.hidden_size,)
 
         def param(name: str, shape: tuple[int, ...]) -> nn.Parameter:

@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tenor.models import native
 from tenor.models.config import RopeScaling
+from tenor.models.kernels import LinearKernel, make_kernel
 
 
 class ParallelLinear(nn.Module):
@@ -22,11 +24,8 @@ class ParallelLinear(nn.Module):
 
     `parallel="column"` splits output features across ranks (no communication);
     `parallel="row"` splits input features and needs an all-reduce of the output, done by
-    `reduce` (a no-op at world size 1). Weights may be float or int8 with per-row scales.
-
-    On CPU a float weight is handed to oneDNN once, at load, in its own blocked layout: the
-    packed matmul is bit-identical to `F.linear` and 1.5-2x faster for decode-sized batches,
-    where F.linear re-lays the weight out on every call. `weight` is then dropped.
+    `reduce` (a no-op at world size 1). The weight lives in the kernel chosen at load
+    (`tenor.models.kernels`): float, float16 for FBGEMM, or int8 with per-row scales.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool, parallel: str = "column",
@@ -35,70 +34,28 @@ class ParallelLinear(nn.Module):
         if parallel not in ("column", "row"):
             raise ValueError(f"parallel must be 'column' or 'row', got {parallel!r}")
         self.in_features, self.out_features, self.parallel = in_features, out_features, parallel
-        self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
-        self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
-        self.weight_scale: torch.Tensor | None = None
-        self.packed_weight: torch.Tensor | None = None
+        self.has_bias = bias
+        self.kernel: LinearKernel | None = None
         self._reduce = reduce
 
     def load(self, weight: torch.Tensor, dtype: torch.dtype, scale: torch.Tensor | None = None,
-             bias: torch.Tensor | None = None) -> None:
+             bias: torch.Tensor | None = None, weight_format: str = "dense") -> None:
         if tuple(weight.shape) != (self.out_features, self.in_features):
             raise ValueError(
                 f"weight shape {tuple(weight.shape)} does not match ({self.out_features}, {self.in_features})"
             )
-        if scale is not None:  # int8 weight-only: keep int8, multiply the scale in after the matmul
-            weight = weight.to(torch.int8).contiguous()
-            if weight.data_ptr() % 64:  # the fused int8 kernel crashes on unaligned (e.g. mmapped) data
-                weight = weight.clone()
-            self.weight = nn.Parameter(weight, requires_grad=False)
-            self.weight_scale = scale.to(dtype).contiguous()
-        else:
-            weight = weight.to(dtype).contiguous()
-            self.weight_scale = None
-            self.packed_weight = onednn_pack(weight)
-            self.weight = nn.Parameter(weight if self.packed_weight is None else torch.empty(0, dtype=dtype),
-                                       requires_grad=False)
-        if self.bias is not None:
-            if bias is None:
-                raise ValueError("missing bias")
-            self.bias = nn.Parameter(bias.to(dtype).contiguous(), requires_grad=False)
+        if self.has_bias and bias is None:
+            raise ValueError("missing bias")
+        self.kernel = make_kernel(weight, dtype, weight_format, scale=scale, bias=bias if self.has_bias else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed_weight is not None:
-            out = torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
-        elif self.weight_scale is None:
-            out = F.linear(x, self.weight, self.bias)
-        else:
-            out = int8_linear(x, self.weight, self.weight_scale)
-            if self.bias is not None:
-                out = out + self.bias
+        out = self.kernel(x)
         if self._reduce is not None:
             out = self._reduce(out)
         return out
 
-
-def onednn_pack(weight: torch.Tensor) -> torch.Tensor | None:
-    """The weight in oneDNN's blocked layout for `mkldnn._linear_pointwise`, or None where that
-    path does not apply (not CPU, not bf16/fp32, a torch built without oneDNN)."""
-    if weight.device.type != "cpu" or weight.dtype not in (torch.bfloat16, torch.float32):
-        return None
-    if not torch.backends.mkldnn.is_available():
-        return None
-    try:
-        return torch.ops.mkldnn._reorder_linear_weight(weight, 1)  # 1: laid out for decode-sized batches
-    except (AttributeError, RuntimeError):
-        return None
-
-
-def int8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x @ (weight * scale[:, None]).T without materialising the float weight."""
-    if x.dtype in (torch.bfloat16, torch.float32) and x.device.type == "cpu":
-        # A fused CPU kernel for int8 weights with per-channel scales.
-        flat = x.reshape(-1, x.shape[-1])
-        out = torch.ops.aten._weight_int8pack_mm(flat, weight, scale.to(x.dtype))
-        return out.reshape(*x.shape[:-1], weight.shape[0])
-    return F.linear(x, weight.to(x.dtype)) * scale
+    def weight_nbytes(self) -> int:
+        return 0 if self.kernel is None else self.kernel.nbytes()
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> torch.Tensor:
@@ -189,6 +146,8 @@ class AttentionBatch:
     decode_mask: torch.Tensor | None  # [K * B, 1, N * block_size] True where the slot is context
     prefills: list[PrefillSpan]
     decode_span: int = 0  # without a mask: every decode context's length
+    decode_lengths: torch.Tensor | None = None  # [B] int64 context length of each decode sequence
+    native: bool = False  # use tenor's fused float32 kernels (tenor.models.native) where they apply
 
 
 class PagedKVCache:
@@ -209,13 +168,7 @@ class PagedKVCache:
         self.kv = torch.zeros(num_layers, 2, num_kv_heads, slots, head_dim, dtype=store)
         self.scales = torch.ones(num_layers, 2, num_kv_heads, slots, 1, dtype=dtype) if quantized else None
         self._gathered = torch.empty(0, dtype=dtype)  # read_blocks' scratch, grown on demand
-
-    @staticmethod
-    def bytes_per_slot(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
-                       quantized: bool) -> int:
-        item = 1 if quantized else torch.empty(0, dtype=dtype).element_size()
-        scale = torch.empty(0, dtype=dtype).element_size() if quantized else 0
-        return num_layers * 2 * num_kv_heads * (head_dim * item + scale)
+        self.native_scratch = native.DecodeScratch()
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """k, v: [T, K, E] for the tokens going to `slots` [T]."""
@@ -261,6 +214,11 @@ class PagedKVCache:
 
 def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: AttentionBatch) -> torch.Tensor:
     """q: [B, H, E] for the decode tokens -> [B, H, E], each over its own sequence's blocks."""
+    if batch.native and not cache.quantized and q.dtype == torch.float32 and batch.decode_lengths is not None:
+        # Reads the blocks in place: no gathered copy of every context.
+        return native.paged_decode_attention(q, cache.kv[layer, 0], cache.kv[layer, 1], batch.decode_blocks,
+                                             batch.decode_lengths, cache.block_size, batch.decode_span,
+                                             cache.native_scratch)
     nd, num_heads, dim = q.shape
     num_kv = cache.num_kv_heads
     group = num_heads // num_kv
@@ -285,13 +243,15 @@ def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: At
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: PagedKVCache, layer: int,
-                    batch: AttentionBatch) -> torch.Tensor:
+                    batch: AttentionBatch, written: bool = False) -> torch.Tensor:
     """q: [T, H, E], k/v: [T, K, E] for the step's new tokens -> attention output [T, H, E].
 
-    Writes the new k/v into the cache, then attends each token to its own sequence's
-    context: decode tokens in one batched call, prefill chunks one sequence at a time.
+    Writes the new k/v into the cache (unless `written`: a fused kernel did), then attends each
+    token to its own sequence's context: decode tokens in one batched call, prefill chunks one
+    sequence at a time.
     """
-    cache.write(layer, batch.slot_mapping, k, v)
+    if not written:
+        cache.write(layer, batch.slot_mapping, k, v)
     nd = batch.num_decode
     if nd and not batch.prefills:
         return decode_attention(q, cache, layer, batch)

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tenor.models import native
 from tenor.models.config import ModelConfig
 from tenor.models.decoder import DecoderLM
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
@@ -28,18 +29,39 @@ class LlamaBlock(nn.Module):
     def forward(self, x: torch.Tensor, rotary: Rotary, cos: torch.Tensor, sin: torch.Tensor,
                 cache: PagedKVCache, batch: AttentionBatch) -> torch.Tensor:
         c = self.config
-        h = F.rms_norm(x, (c.hidden_size,), self.attn_norm, c.norm_eps)
+        h = rms_norm(x, self.attn_norm, c.norm_eps, batch.native)
         qkv = self.qkv(h)
         t = qkv.shape[0]
-        # q and k rotate together: one rotary call over [T, H + K, E].
-        qk = rotary.apply(qkv[:, : c.q_size + c.kv_size].view(t, -1, c.head_dim), cos, sin)
-        q, k = qk[:, : c.num_heads], qk[:, c.num_heads:]
-        v = qkv[:, c.q_size + c.kv_size:].view(t, c.num_kv_heads, c.head_dim)
-        attn = paged_attention(q, k, v, cache, self.index, batch)
+        if batch.native and qkv.dtype == torch.float32 and not cache.quantized and rotary.rot_dim == c.head_dim:
+            # One pass: rotate q and k in place, write k and v to the cache.
+            native.rotary_kv_write(qkv, cos, sin, cache.kv[self.index, 0], cache.kv[self.index, 1],
+                                   batch.slot_mapping, c.num_heads, c.num_kv_heads)
+            q = qkv[:, : c.q_size].view(t, c.num_heads, c.head_dim)
+            k = qkv[:, c.q_size: c.q_size + c.kv_size].view(t, c.num_kv_heads, c.head_dim)
+            v = qkv[:, c.q_size + c.kv_size:].view(t, c.num_kv_heads, c.head_dim)
+            attn = paged_attention(q, k, v, cache, self.index, batch, written=True)
+        else:
+            # q and k rotate together: one rotary call over [T, H + K, E].
+            qk = rotary.apply(qkv[:, : c.q_size + c.kv_size].view(t, -1, c.head_dim), cos, sin)
+            q, k = qk[:, : c.num_heads], qk[:, c.num_heads:]
+            v = qkv[:, c.q_size + c.kv_size:].view(t, c.num_kv_heads, c.head_dim)
+            attn = paged_attention(q, k, v, cache, self.index, batch)
         x = x + self.o(attn.reshape(t, c.q_size))
-        h = F.rms_norm(x, (c.hidden_size,), self.mlp_norm, c.norm_eps)
-        gate, up = self.gate_up(h).chunk(2, dim=-1)
-        return x + self.down(F.silu(gate) * up)
+        h = rms_norm(x, self.mlp_norm, c.norm_eps, batch.native)
+        return x + self.down(silu_mul(self.gate_up(h), batch.native))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, fused: bool) -> torch.Tensor:
+    if fused and x.dtype == torch.float32:
+        return native.rms_norm(x, weight, eps)
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def silu_mul(gate_up: torch.Tensor, fused: bool) -> torch.Tensor:
+    if fused and gate_up.dtype == torch.float32:
+        return native.silu_mul(gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 class LlamaModel(DecoderLM):
@@ -53,9 +75,10 @@ class LlamaModel(DecoderLM):
         self.rotary = Rotary(config.head_dim, config.max_position_embeddings, config.rope_theta,
                              config.rope_scaling, interleaved=False)
 
-    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype,
+                     weight_format: str = "dense") -> None:
         c = self.config
-        take = WeightTaker(weights)
+        take = WeightTaker(weights, weight_format)
         self.embed = nn.Parameter(take.float("embed.weight", (c.vocab_size, c.hidden_size)).to(dtype),
                                   requires_grad=False)
         for i, block in enumerate(self.layers):
@@ -68,21 +91,22 @@ class LlamaModel(DecoderLM):
                 take.linear(getattr(block, name.split(".")[1]), p + name, dtype)
         self.norm = nn.Parameter(take.float("norm.weight", (c.hidden_size,)).to(dtype), requires_grad=False)
         if c.tie_word_embeddings:
-            self.lm_head.load(self.embed.data, dtype)
+            self.lm_head.load(self.embed.data, dtype, weight_format=weight_format)
         else:
             take.linear(self.lm_head, "lm_head", dtype)
         self.rotary.to_dtype(dtype)
         take.check_all_used()
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.norm_eps)
+        return rms_norm(x, self.norm, self.config.norm_eps, self.native_kernels)
 
 
 class WeightTaker:
     """Hands out checkpoint tensors by name with shape checks, and notices leftovers."""
 
-    def __init__(self, weights: dict[str, torch.Tensor]) -> None:
+    def __init__(self, weights: dict[str, torch.Tensor], weight_format: str = "dense") -> None:
         self.weights = weights
+        self.weight_format = weight_format
         self.used: set[str] = set()
 
     def get(self, name: str) -> torch.Tensor:
@@ -100,11 +124,11 @@ class WeightTaker:
     def linear(self, layer: ParallelLinear, prefix: str, dtype: torch.dtype) -> None:
         weight = self.float(prefix + ".weight", (layer.out_features, layer.in_features))
         scale = self.get(prefix + ".weight_scale") if prefix + ".weight_scale" in self.weights else None
-        bias = self.float(prefix + ".bias", (layer.out_features,)) if layer.bias is not None else None
+        bias = self.float(prefix + ".bias", (layer.out_features,)) if layer.has_bias else None
         if scale is None and weight.dtype == torch.int8:
             raise ValueError(f"int8 tensor {prefix}.weight has no {prefix}.weight_scale")
         try:
-            layer.load(weight, dtype, scale=scale, bias=bias)
+            layer.load(weight, dtype, scale=scale, bias=bias, weight_format=self.weight_format)
         except ValueError as exc:
             raise ValueError(f"{prefix}: {exc}") from None
 

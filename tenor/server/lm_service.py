@@ -9,26 +9,22 @@ means "this server does not serve that model".
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import time
-import uuid
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Protocol
 
 import grpc
 
-from tenor.engine.api import (
-    Engine,
-    EngineUnavailableError,
-    GenerateRequest,
-    InvalidRequestError,
-    OverloadedError,
-    RequestOutput,
-    SamplingParams,
-)
-from tenor.errors import UserError
+from tenor.engine.api import Engine, InvalidRequestError, RequestOutput, SamplingParams
 from tenor.proto import lm_pb2, lm_pb2_grpc
-from tenor.tokenizer.token_ids import format_token_ids, parse_token_ids
+from tenor.server.error_table import ModelNotServedError, classify, client_message
+from tenor.server.pipeline import RequestPipeline, Samples, TextPrompt
+
+__all__ = ["LMService", "ModelLookup", "ModelNotServedError", "ReadyModel", "sampling_from_extra"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_DECODE_STEPS = 32
 
@@ -43,10 +39,6 @@ GENERATE_EXTRA_KEYS = (
 )
 
 
-class ModelNotServedError(Exception):
-    """This server has no such model (gRPC NOT_FOUND): the caller should ask the admin again."""
-
-
 @dataclass(frozen=True)
 class ReadyModel:
     """A model that can take requests now."""
@@ -55,6 +47,10 @@ class ReadyModel:
     tokenized: bool  # requests and responses are comma-separated token ids
     record_latency: Callable[[float], None]  # seconds a request took, for status percentiles
     record_failure: Callable[[], None]  # a request that ended with an error
+
+    @property
+    def pipeline(self) -> RequestPipeline:
+        return RequestPipeline(self.engine, self.tokenized)
 
 
 class ModelLookup(Protocol):
@@ -91,45 +87,6 @@ def _whole(items: dict[str, float], key: str, default: int) -> int:
     return int(value)
 
 
-class TextCodec:
-    """Prompt text to token ids and back, plain or tokenized (comma-separated ids)."""
-
-    def __init__(self, model: ReadyModel) -> None:
-        self._tokenizer = model.engine.tokenizer
-        self._tokenized = model.tokenized
-
-    def prompt_ids(self, text: str) -> tuple[int, ...]:
-        if self._tokenized:
-            return tuple(_parse_ids(text))
-        return tuple(self._tokenizer.encode(text, add_special_tokens=True))
-
-    def suffix_ids(self, text: str) -> tuple[int, ...]:
-        if self._tokenized:
-            return tuple(_parse_ids(text))
-        return tuple(self._tokenizer.encode(text, add_special_tokens=False))
-
-    def delta_text(self, token_ids: tuple[int, ...], text: str, so_far: str) -> str:
-        """What to append to a sample's output for one engine delta."""
-        if not self._tokenized:
-            return text
-        if not token_ids:
-            return ""
-        return ("," if so_far else "") + format_token_ids(token_ids)
-
-
-def _parse_ids(text: str) -> list[int]:
-    try:
-        return list(parse_token_ids(text))
-    except (ValueError, UserError) as exc:
-        raise InvalidRequestError(str(exc)) from None
-
-
-@dataclass
-class _Sample:
-    text: str = ""
-    score: float = 0.0
-
-
 class LMService(lm_pb2_grpc.LMServiceServicer):
     def __init__(self, models: ModelLookup) -> None:
         self._models = models
@@ -149,104 +106,76 @@ class LMService(lm_pb2_grpc.LMServiceServicer):
             raise
         model.record_latency(time.monotonic() - started)
 
-    async def Generate(self, request: lm_pb2.GenerateRequest, context: grpc.aio.ServicerContext) -> lm_pb2.GenerateResponse:
+    async def Generate(
+        self, request: lm_pb2.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> lm_pb2.GenerateResponse:
         async with self._serving(request.model_key, context) as model:
-            codec = TextCodec(model)
-            samples: list[_Sample] = []
-            async for output in _run(model, codec, request):
-                _accumulate(samples, output, codec)
-        ranked = sorted(samples, key=lambda s: s.score, reverse=True)
-        return lm_pb2.GenerateResponse(texts=[lm_pb2.DecodedText(text=s.text, score=s.score) for s in ranked])
+            pipeline = model.pipeline
+            samples = Samples(pipeline, _sampling(request).n)
+            async for output in _run(pipeline, request):
+                samples.add(output)
+        ranked = sorted(samples.results, key=lambda s: s.cumulative_logprob, reverse=True)
+        return lm_pb2.GenerateResponse(
+            texts=[lm_pb2.DecodedText(text=s.text, score=s.cumulative_logprob) for s in ranked]
+        )
 
     async def GenerateStream(
         self, request: lm_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[lm_pb2.GenerateStreamResponse]:
         async with self._serving(request.model_key, context) as model:
-            codec = TextCodec(model)
-            samples: list[_Sample] = []
-            async for output in _run(model, codec, request):
-                yield _stream_response(samples, output, codec)
+            pipeline = model.pipeline
+            samples = Samples(pipeline, _sampling(request).n)
+            async for output in _run(pipeline, request):
+                yield _stream_response(samples, output)
 
     async def Score(self, request: lm_pb2.ScoreRequest, context: grpc.aio.ServicerContext) -> lm_pb2.ScoreResponse:
         async with self._serving(request.model_key, context) as model:
-            logps = await _score(model, request)
+            logps = await _score(model.pipeline, request)
         return lm_pb2.ScoreResponse(logp=logps)
 
 
-async def _score(model: ReadyModel, request: lm_pb2.ScoreRequest) -> list[float]:
+async def _score(pipeline: RequestPipeline, request: lm_pb2.ScoreRequest) -> list[float]:
     extra = sorted(request.extra_inputs.items) + sorted(request.extra_inputs.strings)
     if extra:
         raise InvalidRequestError(f"unknown extra input(s) {', '.join(extra)}; Score takes none")
     if not request.suffix:
         raise InvalidRequestError("Score needs at least one suffix")
-    codec = TextCodec(model)
-    prefix = codec.prompt_ids(request.prefix)
-    suffixes = [codec.suffix_ids(text) for text in request.suffix]
+    prefix = pipeline.prompt_ids(TextPrompt(request.prefix, field="prefix"))
+    suffixes = [pipeline.prompt_ids(TextPrompt(text, add_special_tokens=False, field=f"suffix[{i}]"))
+                for i, text in enumerate(request.suffix)]
     if not all(suffixes):
         raise InvalidRequestError("a suffix is empty")
-    logps = []
     for suffix in suffixes:
-        if len(prefix) + len(suffix) > model.engine.limits.max_target_length:
-            raise InvalidRequestError(
-                f"prefix + suffix is {len(prefix) + len(suffix)} tokens; this model's maximum context "
-                f"length is {model.engine.limits.max_target_length} tokens"
-            )
-        logps.append(await model.engine.score(prefix, suffix))
-    return logps
+        pipeline.check_score(prefix, suffix)
+    return [await pipeline.engine.score(prefix, suffix) for suffix in suffixes]
 
 
-async def _run(model: ReadyModel, codec: TextCodec, request: lm_pb2.GenerateRequest) -> AsyncIterator[RequestOutput]:
-    sampling = sampling_from_extra(request.extra_inputs)
-    engine_request = GenerateRequest(uuid.uuid4().hex, codec.prompt_ids(request.text), sampling)
-    # Closing the engine's iterator (also when the caller cancels) aborts the request
-    # and frees its slot at once.
-    async with contextlib.aclosing(model.engine.generate(engine_request)) as outputs:
-        async for output in outputs:
-            yield output
+def _sampling(request: lm_pb2.GenerateRequest) -> SamplingParams:
+    return sampling_from_extra(request.extra_inputs)
 
 
-def _stream_response(samples: list[_Sample], output: RequestOutput, codec: TextCodec) -> lm_pb2.GenerateStreamResponse:
+async def _run(pipeline: RequestPipeline, request: lm_pb2.GenerateRequest) -> AsyncIterator[RequestOutput]:
+    prompt_ids = pipeline.prompt_ids(TextPrompt(request.text, field="text"))
+    engine_request = pipeline.request("lm", prompt_ids, _sampling(request))
+    async for output in pipeline.outputs(engine_request):
+        yield output
+
+
+def _stream_response(samples: Samples, output: RequestOutput) -> lm_pb2.GenerateStreamResponse:
     """One stream message: every sample's new text after what it had (SAX's prefix_len)."""
-    prefix_lens = [len(s.text) for s in samples]
-    new_text = _accumulate(samples, output, codec)
-    prefix_lens += [0] * (len(samples) - len(prefix_lens))
+    prefix_lens = [len(s.text) for s in samples.results]
+    new_text = samples.add(output)
     items = [
-        lm_pb2.GenerateStreamItem(text=new_text[i], prefix_len=prefix_lens[i], scores=[s.score])
-        for i, s in enumerate(samples)
+        lm_pb2.GenerateStreamItem(text=new_text[i], prefix_len=prefix_lens[i], scores=[s.cumulative_logprob])
+        for i, s in enumerate(samples.results)
     ]
     return lm_pb2.GenerateStreamResponse(items=items)
 
 
-def _accumulate(samples: list[_Sample], output: RequestOutput, codec: TextCodec) -> list[str]:
-    """Adds an output's deltas to the samples; returns each sample's new text."""
-    new_text = [""] * len(samples)
-    for delta in output.deltas:
-        while len(samples) <= delta.index:
-            samples.append(_Sample())
-            new_text.append("")
-        sample = samples[delta.index]
-        piece = codec.delta_text(delta.token_ids, delta.text, sample.text)
-        sample.text += piece
-        sample.score = delta.cumulative_logprob
-        new_text[delta.index] += piece
-    return new_text
-
-
 async def _abort_if_known(context: grpc.aio.ServicerContext, exc: Exception) -> None:
-    """Aborts the call with the status that fits `exc`; returns if none fits (an internal error)."""
-    code = _code_for(exc)
-    if code is not None:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        await context.abort(code, message)
-
-
-def _code_for(exc: BaseException) -> grpc.StatusCode | None:
-    if isinstance(exc, ModelNotServedError):
-        return grpc.StatusCode.NOT_FOUND
-    if isinstance(exc, OverloadedError):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED
-    if isinstance(exc, EngineUnavailableError):
-        return grpc.StatusCode.UNAVAILABLE
-    if isinstance(exc, (InvalidRequestError, UserError, ValueError)):
-        return grpc.StatusCode.INVALID_ARGUMENT
-    return None
+    """Aborts the call with the status the error table gives `exc`; an internal error is
+    logged with its traceback and answered INTERNAL without details."""
+    kind = classify(exc)
+    if kind.internal:
+        log.error("LM service call failed", exc_info=(type(exc), exc, exc.__traceback__))
+    await context.abort(kind.grpc_code, client_message(exc))

@@ -13,7 +13,7 @@ import time
 from typing import Callable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tenor.engine.api import Engine, FinishReason, RequestOutput
@@ -42,6 +42,11 @@ class EngineStatsCollector(Collector):
         yield _counter("num_preemptions", "Requests preempted to free KV-cache blocks.", stats.num_preemptions)
         yield _counter("prompt_tokens", "Prompt tokens prefilled.", stats.prompt_tokens_total)
         yield _counter("generation_tokens", "Tokens generated.", stats.generation_tokens_total)
+        if stats.runtime is not None:
+            runtime = stats.runtime
+            yield InfoMetricFamily(PREFIX + "runtime", "The CPU the engine runs on and the precision chosen for it.",
+                                   value={"cpu": runtime.cpu, "isa": runtime.isa, "threads": str(runtime.threads),
+                                          "dtype": runtime.dtype, "weights": runtime.weights})
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -7,7 +7,7 @@ An optional HTTP port serves:
     /models/<model>/...       that model's own HTTP face (tenor.server.http.app.build_app):
                               /generate, /healthcheck, /metrics, /v1/completions, /v1/chat/completions,
                               /v1/models; <model> is the last part of /tenor/<cell>/<model>
-Membership is a `JoinLoop` thread (tenor.client.admin_client): it joins at start, again when
+Membership is a `JoinLoop` thread (tenor.server.join_loop): it joins at start, again when
 the admin moves, and every few seconds, so a new admin adopts what is loaded here.
 """
 
@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import grpc
@@ -26,12 +26,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tenor.auth.channels import CellAccess, CellCredentials, open_access
 from tenor.dist.spec import GroupSpec
 from tenor.engine.api import HealthState
+from tenor.server.http.connection_limits import ConnectionLimits
 from tenor.errors import UserError
-from tenor.proto import common_pb2, lm_pb2_grpc, modelet_pb2_grpc
+from tenor.proto import common_pb2, jetstream_pb2_grpc, lm_pb2_grpc, modelet_pb2_grpc
 from tenor.server.lm_service import LMService
 from tenor.server.modelet_service import ModeletService, ModelTable, Status, model_state
+from tenor.server.orchestrator import jetstream_orchestrator
 
 log = logging.getLogger(__name__)
 PLATFORMS = ("cpu", "cuda")
@@ -50,6 +53,8 @@ class ModelServerConfig:
     servable_configs: tuple[str, ...] = ()  # registry names offered; empty: all
     rejoin_s: float = 2.0
     drain_timeout_s: float = 5.0  # requests in flight get this long when a model is unloaded
+    credentials: CellCredentials = field(default_factory=CellCredentials)
+    http_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     group: GroupSpec | None = None  # rank 0 of a model-server group: models are sharded over its ranks
 
     def __post_init__(self) -> None:
@@ -101,18 +106,27 @@ class ModelServer:
         self._http = None  # uvicorn.Server
         self._http_task: asyncio.Task | None = None
         self._join = None  # JoinLoop
+        self.access: CellAccess | None = None
+
+    def _open_access(self) -> CellAccess:
+        from tenor.admin.naming import parse_cell_name
+        from tenor.admin.store import StoreError, open_store
+
+        store = open_store(self.config.root, parse_cell_name(self.config.cell))
+        try:
+            return open_access(self.config.credentials, store, create=True)
+        except StoreError as exc:
+            raise UserError(str(exc)) from None
 
     async def start(self, join: bool = True) -> None:
-        # No SO_REUSEPORT: a second server on a taken port must fail, not share it.
-        self._grpc = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        self.access = await asyncio.to_thread(self._open_access)
+        self._grpc = self.access.server()  # every RPC here needs the cell token
         lm_pb2_grpc.add_LMServiceServicer_to_server(LMService(self.table), self._grpc)
         modelet_pb2_grpc.add_ModeletServicer_to_server(ModeletService(self.table), self._grpc)
+        jetstream_pb2_grpc.add_OrchestratorServicer_to_server(jetstream_orchestrator(self.table), self._grpc)
         if self.config.port:
             bound_socket(self.config.host, self.config.port).close()  # a clear error for a taken port
-        try:
-            port = self._grpc.add_insecure_port(f"{self.config.host}:{self.config.port}")
-        except RuntimeError:
-            port = 0
+        port = self.access.add_port(self._grpc, f"{self.config.host}:{self.config.port}")
         if port == 0:
             raise UserError(f"cannot listen on {self.config.host}:{self.config.port} (in use, or a bad address)")
         await self._grpc.start()
@@ -123,7 +137,7 @@ class ModelServer:
             self._start_join()
 
     def _start_join(self) -> None:
-        from tenor.client.admin_client import JoinLoop
+        from tenor.server.join_loop import JoinLoop
 
         spec = common_pb2.ServerSpec(
             platform=self.config.platform,
@@ -133,15 +147,18 @@ class ModelServer:
             group_size=self.config.group.size if self.config.group else 1,
         )
         self._join = JoinLoop(
-            self.config.root, self.config.cell, self.address, self.http_address, spec, rejoin_s=self.config.rejoin_s
-        ).start()
+            self.config.root, self.config.cell, self.address, self.http_address, spec, rejoin_s=self.config.rejoin_s,
+            access=self.access).start()
 
     async def _start_http(self) -> None:
         import uvicorn
 
         sock = bound_socket(self.config.host, self.config.http_port or 0)
         self.http_address = advertised(self.config.host, sock.getsockname()[1])
-        config = uvicorn.Config(build_face(self.table), log_level="warning", lifespan="off")
+        from tenor.server.http.connection_limits import uvicorn_options
+
+        config = uvicorn.Config(build_face(self.table, self.config.http_limits.body_timeout_s), log_level="warning",
+                                lifespan="off", **uvicorn_options(self.config.http_limits))
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
         while not self._http.started and not self._http_task.done():
@@ -157,17 +174,20 @@ class ModelServer:
         await self.table.close()
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
+        if self.access is not None:
+            self.access.tokens.stop()
 
 
 class HttpFace:
     """The server's HTTP app: its own /healthcheck and /metrics, and each LOADED model's
     app (build_app) mounted at /models/<model>, re-synced with the table on every request."""
 
-    def __init__(self, table: ModelTable) -> None:
+    def __init__(self, table: ModelTable, body_timeout_s: float = 30.0) -> None:
         from fastapi import FastAPI
         from fastapi.responses import JSONResponse, Response
 
         self._table = table
+        self._body_timeout_s = body_timeout_s
         self._mounted: dict[str, tuple[object, object]] = {}  # short name -> (engine, app)
         self._registry = CollectorRegistry(auto_describe=True)
         self._registry.register(_TableCollector(table))
@@ -211,15 +231,17 @@ class HttpFace:
                 changed = True
         for key, model in loaded.items():
             if key not in self._mounted:
-                self._mounted[key] = (model.engine, build_app(model.engine, served_model_name=model.name))
+                app = build_app(model.engine, served_model_name=model.name, tokenized=model.servable.tokenized,
+                                body_timeout_s=self._body_timeout_s)
+                self._mounted[key] = (model.engine, app)
                 changed = True
         if changed:
             mounts = [Mount(f"/models/{key}", app=app) for key, (_, app) in sorted(self._mounted.items())]
             self.app.router.routes = self._base_routes + mounts
 
 
-def build_face(table: ModelTable) -> HttpFace:
-    return HttpFace(table)
+def build_face(table: ModelTable, body_timeout_s: float = 30.0) -> HttpFace:
+    return HttpFace(table, body_timeout_s)
 
 
 class _TableCollector(Collector):

@@ -16,12 +16,11 @@ from typing import Callable, Mapping
 import grpc
 
 from tenor import registry
-from tenor.admin.model_specs import ADMIN_KEYS, serving_overrides
 from tenor.engine.api import Engine, EngineUnavailableError, HealthState
-from tenor.errors import UserError
 from tenor.engine.factory import EngineOptions, create_engine
+from tenor.errors import UserError
 from tenor.proto import common_pb2, modelet_pb2, modelet_pb2_grpc
-from tenor.registry import ServableConfig
+from tenor.registry import ADMIN_KEYS, ServableConfig, serving_overrides
 from tenor.server.lm_service import ModelNotServedError, ReadyModel
 
 Status = common_pb2.ModelStatus
@@ -262,7 +261,8 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
     ) -> modelet_pb2.GetStatusResponse:
         states = [model_state(served) for served in self._table.models()]
         memory = sum(
-            s.servable.weight_bytes() for s in self._table.models() if s.servable and s.status == Status.LOADED
+            s.servable.memory(s.spec.checkpoint).weight_bytes
+            for s in self._table.models() if s.servable and s.status == Status.LOADED
         )
         server = modelet_pb2.ServerStats(
             uptime_s=time.monotonic() - self._started,

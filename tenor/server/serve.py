@@ -22,11 +22,15 @@ import sys
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterator, TextIO
 
+import grpc
 import uvicorn
+from fastapi import FastAPI
 
-from tenor.engine.api import Engine
+from tenor.engine.api import Engine, EngineUnavailableError
 from tenor.errors import UserError
 from tenor.server.http.app import begin_drain, build_app, context_of
+from tenor.server.pipeline import RequestPipeline
+from tenor.server.http.connection_limits import ConnectionLimits, uvicorn_options
 
 # After the engine drained, how long uvicorn may take to flush the last bytes and close.
 # An engine that let requests run past its drain timeout has them cut off here.
@@ -42,12 +46,17 @@ class ServeOptions:
     served_model_name: str | None = None
     drain_timeout_s: float = 10.0
     log_level: str = "warning"  # uvicorn's; "info" adds its access log
+    grpc_port: int | None = None  # JetStream's gRPC Orchestrator here too (0: any free port)
+    tokenized: bool = False  # the model reads and writes comma-separated token ids
+    limits: ConnectionLimits = ConnectionLimits()
 
     def __post_init__(self) -> None:
         if not self.host:
             raise ValueError("host must not be empty")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be between 0 and 65535, got {self.port}")
+        if self.grpc_port is not None and not 0 <= self.grpc_port <= 65535:
+            raise ValueError(f"gRPC port must be between 0 and 65535, got {self.grpc_port}")
         if not self.drain_timeout_s >= 0:
             raise ValueError(f"drain timeout must be >= 0 seconds, got {self.drain_timeout_s}")
         if self.api_key is not None and not self.api_key.strip():
@@ -64,10 +73,14 @@ def run_server(
     drain_timeout_s: float = 10.0,
     log_level: str = "warning",
     out: TextIO | None = None,
+    grpc_port: int | None = None,
+    tokenized: bool = False,
+    limits: ConnectionLimits = ConnectionLimits(),
 ) -> int:
     """Serves until SIGINT/SIGTERM; returns the exit status (0 after a clean drain).
     Raises UserError when the address cannot be bound."""
-    options = ServeOptions(host, port, api_key, served_model_name, drain_timeout_s, log_level)
+    options = ServeOptions(host, port, api_key, served_model_name, drain_timeout_s, log_level, grpc_port, tokenized,
+                           limits)
     sock = bind_socket(options.host, options.port)
     try:
         return asyncio.run(_serve(engine_factory, sock, options, out or sys.stdout))
@@ -139,22 +152,55 @@ class _ShutdownSignals:
             self._loop.remove_signal_handler(sig)
 
 
+async def _start_grpc(app: FastAPI, options: ServeOptions) -> tuple[grpc.aio.Server, int]:
+    from tenor.server.orchestrator import OrchestratorService, start_orchestrator
+
+    ctx = context_of(app)
+
+    def pipeline() -> RequestPipeline:
+        if ctx.draining:
+            raise EngineUnavailableError("the server is shutting down; retry on another replica")
+        return ctx.pipeline
+
+    service = OrchestratorService(pipeline, ctx.health)
+    assert options.grpc_port is not None
+    return await start_orchestrator(service, options.host, options.grpc_port)
+
+
 async def _serve(engine_factory: Callable[[], Engine], sock: socket.socket, options: ServeOptions, out: TextIO) -> int:
+    async with contextlib.AsyncExitStack() as stack:
+        return await _serve_in(engine_factory, sock, options, out, stack)
+
+
+async def _serve_in(
+    engine_factory: Callable[[], Engine], sock: socket.socket, options: ServeOptions, out: TextIO,
+    stack: contextlib.AsyncExitStack,
+) -> int:
     signals = _ShutdownSignals()
     try:
         engine = engine_factory()
         if not await _unless(signals.requested, engine.start()):
             await engine.stop(0.0)  # asked to stop while loading
             return 0
-        app = build_app(engine, served_model_name=options.served_model_name, api_key=options.api_key)
+        app = build_app(engine, served_model_name=options.served_model_name, api_key=options.api_key,
+                        tokenized=options.tokenized, body_timeout_s=options.limits.body_timeout_s)
         url = url_of(sock, options.host)
+        grpc_note = ""
+        if options.grpc_port is not None:
+            grpc_server, grpc_port = await _start_grpc(app, options)
+            stack.push_async_callback(grpc_server.stop, CLOSE_GRACE_S)
+            grpc_note = f" (JetStream gRPC on {options.host}:{grpc_port})"  # before " at URL": parsers split there
+
+        runtime = engine.stats().runtime
 
         def announce() -> None:
-            print(f"tenor: serving {context_of(app).model_name} at {url}", file=out, flush=True)
+            if runtime is not None:  # what precision was chosen and why, once serving for sure
+                print(f"tenor: {runtime.describe()}", file=sys.stderr, flush=True)
+            print(f"tenor: serving {context_of(app).model_name}{grpc_note} at {url}", file=out, flush=True)
 
         config = uvicorn.Config(
             app, lifespan="off", log_level=options.log_level, access_log=options.log_level in ("info", "debug"),
-            timeout_graceful_shutdown=CLOSE_GRACE_S,
+            timeout_graceful_shutdown=CLOSE_GRACE_S, **uvicorn_options(options.limits),
         )
         server = _Uvicorn(config, announce)
         serving = asyncio.create_task(server.serve(sockets=[sock]))

@@ -5,7 +5,9 @@ It implements tenor.engine.api.Tokenizer. Build one with tenor.tokenizer.load_to
 
 from __future__ import annotations
 
+import functools
 import operator
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -17,6 +19,21 @@ from tenor.tokenizer.hf_files import write_hf_tokenizer
 from tenor.tokenizer.spec import TURN_END_TOKENS, TokenizerSpec
 
 _MAX_ID = 2**32  # the backend stores ids as u32
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's spelling of a raw byte
+
+
+@functools.cache
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE spells each byte as a printable character; this undoes it."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    chars = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return {char: b for b, char in chars.items()}
 
 
 def as_token_ids(token_ids: Sequence[int]) -> list[int]:
@@ -89,6 +106,24 @@ class Tokenizer:
         """The ids of the rendered prompt. The template writes its own special tokens, so
         none are added on top (transformers' apply_chat_template(tokenize=True) does the same)."""
         return self.encode(self.apply_chat_template(messages, add_generation_prompt), add_special_tokens=False)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The token's own bytes. A token holding part of a character (a byte-fallback
+        token, or a byte-level piece) decodes to U+FFFD, and a SentencePiece word token
+        decodes without its leading space; its spelling gives its real bytes."""
+        spelling = self.id_to_token(token_id) or ""
+        byte = _BYTE_FALLBACK.fullmatch(spelling)
+        if byte:
+            return bytes([int(byte.group(1), 16)])
+        if "\u2581" in spelling and not self.is_special(token_id):
+            return spelling.replace("\u2581", " ").encode("utf-8")
+        text = self.decode([token_id], skip_special_tokens=False)
+        if "\ufffd" not in text:
+            return text.encode("utf-8")
+        alphabet = _byte_level_alphabet()
+        if spelling and all(char in alphabet for char in spelling):
+            return bytes(alphabet[char] for char in spelling)
+        return text.encode("utf-8")
 
     def token_to_id(self, token: str) -> int | None:
         return self._backend.token_to_id(token)

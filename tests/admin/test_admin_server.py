@@ -10,6 +10,7 @@ from tenor.client.admin_client import AdminClient, AdminError
 from tenor.proto import admin_pb2, admin_pb2_grpc, common_pb2
 from tests.fakes.cell import AdminProcess, wait_until
 from tests.fakes.modelet import FakeModelServer
+from tests.fakes.token import cell_token
 
 CELL = "/tenor/test"
 MODEL = "/tenor/test/lm"
@@ -96,7 +97,8 @@ def test_standby_refuses_serves_its_page_and_takes_over_on_sigterm(root) -> None
             second.wait_serving()
             channel = grpc.insecure_channel(second.address)
             with pytest.raises(grpc.RpcError) as info:
-                admin_pb2_grpc.AdminStub(channel).List(admin_pb2.ListRequest(), timeout=5)
+                admin_pb2_grpc.AdminStub(channel).List(admin_pb2.ListRequest(), timeout=5,
+                                                       metadata=[("authorization", f"Bearer {cell_token(root)}")])
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE and "standby" in info.value.details()
             channel.close()
             assert _get(second.http_port, "/healthz") == (200, "standby\n")

@@ -83,6 +83,13 @@ def test_gptj(tmp_path):
     assert_matches_hf(loaded.weights, hf, gptj_pieces(2))
 
 
+def test_gptj_zero_heads(tmp_path):
+    make_gptj(tmp_path / "ok")
+    path = _copy(tmp_path / "ok", tmp_path / "zero", n_head=0)
+    with pytest.raises(CheckpointError, match="n_head must be a positive integer, got 0"):
+        load_hf(path)
+
+
 def test_mistral_sliding_window(tmp_path):
     hf = make_llama(tmp_path / "ok", arch="mistral", rope=None, sliding_window=256)
     assert_matches_hf(load_hf(tmp_path / "ok").weights, hf, llama_pieces(2, tied=False))
@@ -97,6 +104,8 @@ def test_mistral_sliding_window(tmp_path):
     ({"attention_bias": True}, "attention_bias"),
     ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
     ({"num_attention_heads": 3}, "must be a multiple of num_kv_heads"),
+    ({"num_attention_heads": 0}, "num_attention_heads must be a positive integer, got 0"),
+    ({"hidden_size": -8}, "hidden_size must be a positive integer, got -8"),
 ])
 def test_bad_configs(llama_dir, tmp_path, change, message):
     path = _copy(llama_dir[0], tmp_path / "m", **change)

@@ -40,3 +40,17 @@ def test_port_in_use(tmp_path) -> None:
             assert result.returncode == 2
             assert f"{port}" in result.stderr and "tenor: error: cannot" in result.stderr
             assert "Traceback" not in result.stderr
+
+
+def test_readme_states_the_defaults_that_help_prints() -> None:
+    import re
+
+    from tenor.cli.main import build_parser
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    serve = build_parser()._subparsers._group_actions[0].choices["admin"]._subparsers._group_actions[0].choices["serve"]
+    defaults = {a.dest: a.default for a in serve._actions}
+    stated = re.search(r"`--prune-after` seconds without a heartbeat\s+\(default (\d+(?:\.\d+)?);", readme)
+    polled = re.search(r"`--poll-interval`, default (\d+(?:\.\d+)?)\)", readme)
+    assert stated and float(stated.group(1)) == defaults["prune_after"]
+    assert polled and float(polled.group(1)) == defaults["poll_interval"]

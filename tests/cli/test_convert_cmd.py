@@ -55,3 +55,17 @@ def test_bad_flag(hf_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["convert", str(hf_dir), str(tmp_path / "ckpt"), "--quantize", "int4"])
     assert exit_.value.code == 2 and "invalid choice: 'int4'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key, value", [("num_attention_heads", 0), ("hidden_size", 0), ("num_attention_heads", "9")])
+def test_bad_config_values_are_one_line(hf_dir, tmp_path, capsys, key, value):
+    """Config values are checked before any arithmetic (0 heads once divided by zero)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for item in hf_dir.iterdir():
+        (src / item.name).write_bytes(item.read_bytes())
+    data = json.loads((src / "config.json").read_text())
+    data[key] = value
+    (src / "config.json").write_text(json.dumps(data))
+    assert main(["convert", str(src), str(tmp_path / "ckpt"), "--no-progress"]) == 2
+    assert f"{key} must be a positive integer" in _error_line(capsys)

@@ -88,6 +88,17 @@ def test_a_file_that_is_not_a_checkpoint(capsys, tmp_path):
     assert_one_line_error(*run_main(capsys, "--model", str(notes)), "expected a checkpoint directory or a .gguf file")
 
 
+def test_a_config_with_zero_heads(capsys, tmp_path):
+    from tests.checkpoints.tiny_hf import make_llama
+
+    make_llama(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_attention_heads": 0}))
+    capsys.readouterr()  # make_llama's progress bar
+    code, err = run_main(capsys, "--model", str(tmp_path), "--port", "0")
+    assert_one_line_error(code, err, "num_attention_heads must be a positive integer, got 0")
+
+
 def test_port_in_use(capsys):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -97,6 +108,15 @@ def test_port_in_use(capsys):
     assert_one_line_error(code, err, f"port {port} on 127.0.0.1 is already in use")
 
 
+def test_grpc_port_in_use(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err = run_main(capsys, "--model", "test.TinyLlamaRandom", "--port", "0", "--grpc-port", str(port))
+    assert_one_line_error(code, err, f"cannot listen for gRPC on 127.0.0.1:{port}")
+
+
 @pytest.mark.parametrize(
     "flags, fragment",
     [
@@ -104,6 +124,7 @@ def test_port_in_use(capsys):
         (["--drain-timeout", "-1"], "drain timeout"),
         (["--kv-cache-gb", "0"], "--kv-cache-gb must be > 0"),
         (["--max-waiting", "-3"], "--max-waiting must be >= 0"),
+        (["--grpc-port", "70000"], "gRPC port must be between 0 and 65535"),
     ],
 )
 def test_bad_numbers(capsys, flags, fragment):

@@ -52,7 +52,8 @@ def test_default_model_float32_32_tokens():
     from tenor.checkpoints.default_model import default_gguf_path
 
     path = default_gguf_path()
-    model = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype="float32", max_batch_size=4,
+    model = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype="float32", quantize="none",
+                                                                      max_batch_size=4,
                                                                       max_prefill_predict_length=256,
                                                                       max_target_length=512)
     prompts = [[1, 504, 3575, 282, 4649, 314], [1, 1206, 28, 1069, 253, 1142], [1, 19842, 1326, 4398, 42]]

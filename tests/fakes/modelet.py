@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from tenor.client.admin_client import JoinLoop
 from tenor.proto import common_pb2, modelet_pb2, modelet_pb2_grpc
+from tenor.server.join_loop import JoinLoop
 
 GIB = 1 << 30
 

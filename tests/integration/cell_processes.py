@@ -3,8 +3,11 @@ client traffic that counts failures. Every process is killed on exit."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,14 +19,30 @@ from typing import Iterator
 
 import grpc
 
+from tenor.auth.channels import CellCredentials
+from tenor.auth.tls import TlsFiles
 from tenor.client import ClientOptions, Model
 from tenor.client.admin_client import AdminClient
 from tenor.proto import common_pb2, modelet_pb2, modelet_pb2_grpc
 from tests.fakes.cell import REPO_ROOT, AdminProcess, free_port, wait_until
+from tests.fakes.tls import make_tls, tls_flags
+from tests.fakes.token import bearer
 
 CONFIG = "test.TinyLlamaRandom"
 LOADED = common_pb2.ModelStatus.LOADED
 SHORT_GENERATE = {"per_example_max_decode_steps": 4}
+
+
+@functools.cache
+def cell_tls() -> TlsFiles:
+    """Every integration cell runs with mTLS on (and the cell token, which is always on)."""
+    directory = Path(tempfile.mkdtemp(prefix="tenor-tls-"))
+    atexit.register(shutil.rmtree, directory, True)
+    return make_tls(directory)
+
+
+def cell_credentials() -> CellCredentials:
+    return CellCredentials(tls=cell_tls())
 
 
 def child_env() -> dict[str, str]:
@@ -34,10 +53,12 @@ class ModelServerProcess:
     """One `tenor model-server serve` process on a free loopback port."""
 
     def __init__(self, root: str, cell: str) -> None:
+        self.root, self.cell = root, cell
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.args = [sys.executable, "-m", "tenor.cli.main", "model-server", "serve", "--cell", cell, "--root", root,
-                     "--port", str(self.port), "--rejoin-interval", "0.3", "--drain-timeout", "2"]
+                     "--port", str(self.port), "--rejoin-interval", "0.3", "--drain-timeout", "2",
+                     *tls_flags(cell_tls())]
         self._log = tempfile.NamedTemporaryFile(prefix="tenor-model-server-", suffix=".log", delete=False)
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -62,8 +83,9 @@ class ModelServerProcess:
 
     def states(self) -> dict[str, modelet_pb2.ModelState]:
         """What the server itself says it holds, straight from its Modelet service."""
-        with grpc.insecure_channel(self.address) as channel:
-            reply = modelet_pb2_grpc.ModeletStub(channel).GetStatus(modelet_pb2.GetStatusRequest(), timeout=2)
+        with grpc.secure_channel(self.address, cell_tls().channel_credentials()) as channel:
+            reply = modelet_pb2_grpc.ModeletStub(channel).GetStatus(modelet_pb2.GetStatusRequest(), timeout=2,
+                                                                    metadata=bearer(self.root, self.cell))
         return {m.model_name: m for m in reply.models}
 
 
@@ -98,16 +120,19 @@ class Cell:
 def running_cell(root: str, cell: str, num_admins: int, num_servers: int, **admin_options: object) -> Iterator[Cell]:
     """Admins first (the first one leads), then model servers that join it."""
     with contextlib.ExitStack() as stack:
+        admin_options = {"extra_args": tuple(tls_flags(cell_tls())), **admin_options}
         admins = [stack.enter_context(AdminProcess(root, cell, **admin_options))]
         admins[0].wait_leader()
         admins += [stack.enter_context(AdminProcess(root, cell, **admin_options)) for _ in range(num_admins - 1)]
         servers = [stack.enter_context(ModelServerProcess(root, cell)) for _ in range(num_servers)]
-        admin = AdminClient(root, cell, timeout_s=30)
+        admin = AdminClient(root, cell, timeout_s=30, credentials=cell_credentials())
         stack.callback(admin.close)
         yield Cell(root, cell, admins, servers, admin)
 
 
-def run_cli(root: str, *argv: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(root: str, *argv: str, timeout_s: float = 60, tls: bool = True) -> subprocess.CompletedProcess[str]:
+    if tls:
+        argv = (*argv, *tls_flags(cell_tls()))  # the verbs take their flags after the positionals too
     return subprocess.run([sys.executable, "-m", "tenor.cli.main", *argv], capture_output=True, text=True,
                           cwd=REPO_ROOT, env={**child_env(), "TENOR_ROOT": root}, timeout=timeout_s)
 
@@ -148,7 +173,7 @@ class Traffic:
 
 
 def client_for(root: str, model: str) -> Model:
-    return Model(model, ClientOptions(root=root, timeout_s=30))
+    return Model(model, ClientOptions(root=root, timeout_s=30, credentials=cell_credentials()))
 
 
 def wait_until_leader_changes(cell: Cell, old: AdminProcess, timeout_s: float = 15) -> AdminProcess:

@@ -7,6 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tenor.hardware import fbgemm_fp16_available
+from tenor.models import native
+from tenor.models.kernels import (
+    DenseKernel, Fp16Kernel, Int8BlockKernel, Int8WeightOnlyKernel, OneDnnKernel, onednn_pack,
+)
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, decode_attention
 
 
@@ -34,24 +39,75 @@ def test_kv_cache_round_trip(dtype, quantized):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bias", [False, True])
-def test_packed_linear_matches_f_linear(dtype, bias):
+def test_float_linear_matches_f_linear(dtype, bias):
+    """Whatever kernel the CPU gets (oneDNN-packed on AVX-512, F.linear elsewhere): F.linear's
+    result, bit for bit in bf16 where it is the same oneDNN kernel."""
     gen = torch.Generator().manual_seed(1)
     weight, b = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
     layer = ParallelLinear(64, 96, bias=bias)
     layer.load(weight, dtype, bias=b if bias else None)
-    assert layer.packed_weight is not None and layer.weight.numel() == 0  # the plain copy is dropped
-    tolerance = 0 if dtype == torch.bfloat16 else 1e-4  # bf16: the same oneDNN kernel, bit for bit
+    assert isinstance(layer.kernel, (DenseKernel, OneDnnKernel))
+    tolerance = 0 if dtype == torch.bfloat16 else 1e-4
     for shape in [(1, 64), (7, 64), (2, 5, 64)]:
         x = torch.randn(*shape, generator=gen).to(dtype)
         expected = F.linear(x, weight.to(dtype), b.to(dtype) if bias else None)
         assert (layer(x).float() - expected.float()).abs().max() <= tolerance
 
 
-def test_int8_linear_is_not_packed():
+def test_onednn_packing_follows_the_cpu():
+    packed = onednn_pack(torch.randn(8, 8))
+    if torch.backends.cpu.get_cpu_capability() in ("AVX512", "AVX512_BF16", "AMX") and torch.backends.mkldnn.is_available():
+        assert packed is not None
+    else:
+        assert packed is None  # slower than F.linear at batch 1 without AVX-512
+
+
+@pytest.mark.skipif(not fbgemm_fp16_available(), reason="FBGEMM's fp16 GEMM needs an x86 build of torch")
+@pytest.mark.parametrize("bias", [False, True])
+def test_fp16_linear_matches_f_linear_on_fp16_weights(bias):
+    gen = torch.Generator().manual_seed(2)
+    weight, b = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
+    layer = ParallelLinear(64, 96, bias=bias)
+    layer.load(weight, torch.float32, bias=b if bias else None, weight_format="fp16")
+    assert isinstance(layer.kernel, Fp16Kernel) and layer.weight_nbytes() == 96 * 64 * 2 + (96 * 4 if bias else 0)
+    for shape in [(1, 64), (7, 64), (2, 5, 64)]:
+        x = torch.randn(*shape, generator=gen)
+        # The reference: the weight rounded to float16, multiplied in float32.
+        expected = F.linear(x, weight.half().float(), b if bias else None)
+        assert layer(x).shape == expected.shape
+        assert (layer(x) - expected).abs().max() <= 1e-3
+
+
+@pytest.mark.skipif(not (fbgemm_fp16_available() and native.available()), reason="needs FBGEMM and a C compiler")
+def test_int8_linear_uses_int8_for_few_rows_and_fp16_for_many():
+    gen = torch.Generator().manual_seed(4)
+    weight = torch.randn(48, 64, generator=gen) * 0.05
+    layer = ParallelLinear(64, 48, bias=False)
+    layer.load(weight, torch.float32, weight_format="int8")
+    assert isinstance(layer.kernel, Int8BlockKernel)
+    assert layer.weight_nbytes() == 48 * 64 * 3 + 48 * 2 * 8  # 8-bit + fp16 copies, a scale and a min per 32
+    for rows in (1, 5, 9, 40):  # int8 up to 8 rows, FBGEMM fp16 beyond
+        x = torch.randn(rows, 64, generator=gen)
+        assert (layer(x) - F.linear(x, weight)).abs().max() <= 0.01  # 8 bits: 1/255 of a block's range
+    assert layer(torch.randn(2, 3, 64)).shape == (2, 3, 48)
+
+
+def test_fp16_weights_need_float32_activations():
     layer = ParallelLinear(64, 32, bias=False)
-    layer.load(torch.randint(-127, 127, (32, 64)), torch.bfloat16, scale=torch.full((32,), 0.01))
-    assert layer.packed_weight is None and layer.weight.dtype == torch.int8
-    assert layer(torch.randn(3, 64, dtype=torch.bfloat16)).shape == (3, 32)
+    with pytest.raises(ValueError, match="float32 activations"):
+        layer.load(torch.randn(32, 64), torch.bfloat16, weight_format="fp16")
+    with pytest.raises(ValueError, match="weight format"):
+        layer.load(torch.randn(32, 64), torch.float32, weight_format="int3")
+
+
+def test_int8_linear_keeps_int8_weights():
+    layer = ParallelLinear(64, 32, bias=False)
+    weight, scale = torch.randint(-127, 127, (32, 64)), torch.full((32,), 0.01)
+    layer.load(weight, torch.bfloat16, scale=scale)
+    assert isinstance(layer.kernel, Int8WeightOnlyKernel) and layer.kernel.weight.dtype == torch.int8
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    expected = F.linear(x.float(), weight.float() * 0.01)
+    assert (layer(x).float() - expected).abs().max() <= 0.05 * expected.abs().max()
 
 
 def _reference_decode(q, keys, values):

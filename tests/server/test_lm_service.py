@@ -156,7 +156,7 @@ def test_bad_stream_request_fails_before_the_first_message():
         (lm_pb2.ScoreRequest(model_key=MODEL, prefix="ab", suffix=["c", ""]), "empty"),
         (lm_pb2.ScoreRequest(model_key=MODEL, prefix="ab", suffix=["c"], extra_inputs=extra(temperature=1)),
          "Score takes none"),
-        (lm_pb2.ScoreRequest(model_key=MODEL, prefix="a" * 600, suffix=["c"]), "maximum context"),
+        (lm_pb2.ScoreRequest(model_key=MODEL, prefix="a" * 600, suffix=["c"]), "scores at most 256"),
     ],
 )
 def test_bad_score_requests_are_invalid_argument(request_, words):
@@ -244,3 +244,43 @@ def test_sampling_from_extra_maps_sax_keys():
     )
     defaults = sampling_from_extra(lm_pb2.ExtraInputs())
     assert (defaults.temperature, defaults.max_tokens, defaults.seed) == (0.0, 32, None)
+
+
+class BrokenEngine(MockEngine):
+    def generate(self, request):
+        raise ZeroDivisionError("a bug in the engine")
+
+
+def test_an_internal_error_is_internal_and_logged(caplog):
+    import logging
+
+    caplog.set_level(logging.ERROR)
+
+    async def body():
+        engine = BrokenEngine()
+        await engine.start()
+        async with lm_stub(FakeModels({MODEL: engine})) as stub:
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                await stub.Generate(lm_pb2.GenerateRequest(model_key=MODEL, text="abc"))
+        return failed.value
+
+    error = run(body())
+    assert error.code() == grpc.StatusCode.INTERNAL and error.details() == "internal server error"
+    assert any(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in caplog.records)
+
+
+def test_bad_token_ids_of_a_tokenized_model_are_invalid_argument():
+    async def body():
+        engine = await started()
+        codes = []
+        async with lm_stub(FakeModels({MODEL: engine}, tokenized=True)) as stub:
+            for text in ("1,2,999", "1,x"):
+                with pytest.raises(grpc.aio.AioRpcError) as failed:
+                    await stub.Generate(lm_pb2.GenerateRequest(model_key=MODEL, text=text))
+                codes.append((failed.value.code(), failed.value.details()))
+        return codes
+
+    codes = run(body())
+    assert codes[0] == (grpc.StatusCode.INVALID_ARGUMENT,
+                        "'text' token id 999 is out of range (valid ids: 0 to 258)")
+    assert codes[1][0] == grpc.StatusCode.INVALID_ARGUMENT and "'text'" in codes[1][1]

@@ -13,7 +13,15 @@ import pytest
 
 from tenor.engine.api import EngineUnavailableError
 from tenor.engine.mock_engine import MockEngine
-from tenor.proto import common_pb2, lm_pb2, lm_pb2_grpc, modelet_pb2, modelet_pb2_grpc
+from tenor.proto import (
+    common_pb2,
+    jetstream_pb2,
+    jetstream_pb2_grpc,
+    lm_pb2,
+    lm_pb2_grpc,
+    modelet_pb2,
+    modelet_pb2_grpc,
+)
 from tenor.server.lm_service import ModelNotServedError
 from tenor.server.model_server import ModelServer, ModelServerConfig
 from tenor.server.modelet_service import ModelSpec, ModelTable
@@ -75,7 +83,7 @@ async def status_of(stub: modelet_pb2_grpc.ModeletStub) -> dict[str, modelet_pb2
 def test_load_shows_loading_then_loaded_and_serves():
     async def body():
         GatedEngine.gate = asyncio.Event()
-        async with model_server() as server, grpc.aio.insecure_channel(server.address) as channel:
+        async with model_server() as server, server.access.aio_channel(server.address) as channel:
             modelet, lm = modelet_pb2_grpc.ModeletStub(channel), lm_pb2_grpc.LMServiceStub(channel)
             load = asyncio.ensure_future(modelet.Load(load_request()))
             await asyncio.sleep(0.1)
@@ -99,6 +107,26 @@ def test_load_shows_loading_then_loaded_and_serves():
     assert after.server.memory_used_bytes > 0 and after.server.uptime_s > 0
 
 
+def test_jetstreams_orchestrator_serves_the_one_loaded_model():
+    async def body():
+        async with model_server() as server, grpc.aio.insecure_channel(server.address) as channel:
+            modelet, jetstream = modelet_pb2_grpc.ModeletStub(channel), jetstream_pb2_grpc.OrchestratorStub(channel)
+            before = await jetstream.HealthCheck(jetstream_pb2.HealthCheckRequest())
+            decode = jetstream_pb2.DecodeRequest(max_tokens=3,
+                                                 text_content=jetstream_pb2.DecodeRequest.TextContent(text="abc"))
+            with pytest.raises(grpc.aio.AioRpcError) as none_loaded:
+                _ = [r async for r in jetstream.Decode(decode)]
+            await modelet.Load(load_request())
+            after = await jetstream.HealthCheck(jetstream_pb2.HealthCheckRequest())
+            text = "".join([s.text async for r in jetstream.Decode(decode) for s in r.stream_content.samples])
+            return before, none_loaded.value, after, text
+
+    before, none_loaded, after, text = asyncio.run(body())
+    assert not before.is_live and after.is_live
+    assert none_loaded.code() == grpc.StatusCode.UNAVAILABLE and "0 are loaded" in none_loaded.details()
+    assert text == "def"
+
+
 @pytest.mark.parametrize(
     "request_, code, reason",
     [
@@ -111,7 +139,7 @@ def test_load_shows_loading_then_loaded_and_serves():
 def test_failed_load_keeps_its_reason_and_the_server_keeps_answering(request_, code, reason):
     async def body():
         GatedEngine.fail_start = request_.config_name == CONFIG and not request_.overrides
-        async with model_server() as server, grpc.aio.insecure_channel(server.address) as channel:
+        async with model_server() as server, server.access.aio_channel(server.address) as channel:
             modelet = modelet_pb2_grpc.ModeletStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as failed:
                 await modelet.Load(request_)

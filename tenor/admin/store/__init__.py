@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from urllib.parse import parse_qsl
 
 from tenor.admin.naming import CellName
 from tenor.admin.store.base import (AdminLocation, CellState, CellStore, Leadership, LostLeadership,
@@ -16,7 +17,9 @@ ROOT_ENV = "TENOR_ROOT"
 __all__ = ["AdminLocation", "CellState", "CellStore", "Leadership", "LostLeadership", "ModelSpec",
            "RootSpec", "StoreError", "list_cells", "open_store", "parse_root", "resolve_root", "ROOT_ENV"]
 
-_ETCD = re.compile(r"^etcd://(?P<host>[A-Za-z0-9_.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})(?P<prefix>(/[A-Za-z0-9_.\-]+)*)/?$")
+_ETCD = re.compile(r"^etcd://(?P<host>[A-Za-z0-9_.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})"
+                   r"(?P<prefix>(/[A-Za-z0-9_.\-]+)*)/?(\?(?P<query>.*))?$")
+_ETCD_OPTIONS = ("ca", "cert", "key", "user", "password_file")
 
 
 @dataclass(frozen=True)
@@ -24,14 +27,30 @@ class RootSpec:
     kind: str  # "file", "etcd" or "memory"
     location: str  # directory, "host:port" or memory name
     prefix: str = ""  # etcd key prefix, "" or "/a/b"
+    options: tuple[tuple[str, str], ...] = ()  # etcd: ?ca=&cert=&key=&user=&password_file=
+
+    def etcd_access(self):
+        from tenor.admin.store.etcd_client import EtcdAccess
+
+        try:
+            return EtcdAccess(**dict(self.options))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
 
 
 def parse_root(root: str) -> RootSpec:
     if root.startswith("etcd://"):
         match = _ETCD.match(root)
         if not match or not 0 < int(match["port"]) < 65536:
-            raise UserError(f"bad cell root {root!r}: expected etcd://HOST:PORT[/prefix]")
-        return RootSpec("etcd", f"{match['host']}:{match['port']}", match["prefix"] or "")
+            raise UserError(f"bad cell root {root!r}: expected etcd://HOST:PORT[/prefix][?ca=PEM&cert=PEM&key=PEM"
+                            "&user=NAME&password_file=PATH]")
+        options = tuple(parse_qsl(match["query"] or "", keep_blank_values=True, strict_parsing=bool(match["query"]))
+                        ) if match["query"] else ()
+        unknown = sorted({k for k, _ in options} - set(_ETCD_OPTIONS))
+        if unknown:
+            raise UserError(f"bad cell root {root!r}: unknown option(s) {', '.join(unknown)}; "
+                            f"known: {', '.join(_ETCD_OPTIONS)}")
+        return RootSpec("etcd", f"{match['host']}:{match['port']}", match["prefix"] or "", options)
     if root.startswith("memory://"):
         name = root[len("memory://"):]
         if not name:
@@ -59,7 +78,7 @@ def open_store(root: str, cell: CellName, *, etcd_ttl_s: int | None = None) -> C
     if spec.kind == "etcd":
         from tenor.admin.store.etcd import DEFAULT_TTL_S, EtcdCellStore
 
-        return EtcdCellStore(spec.location, spec.prefix, cell, etcd_ttl_s or DEFAULT_TTL_S)
+        return EtcdCellStore(spec.location, spec.prefix, cell, etcd_ttl_s or DEFAULT_TTL_S, spec.etcd_access())
     if spec.kind == "memory":
         from tenor.admin.store.memory import MemoryCellStore
 
@@ -77,7 +96,7 @@ def list_cells(root: str) -> list[CellName]:
     if spec.kind == "etcd":
         from tenor.admin.store.etcd_client import EtcdClient
 
-        client = EtcdClient(spec.location)
+        client = EtcdClient(spec.location, access=spec.etcd_access())
         try:
             base = f"{spec.prefix}/tenor/".encode()
             keys = client.keys_with_prefix(base)

@@ -154,4 +154,13 @@ class CellStore(Protocol):
     def save_state(self, state: CellState, leadership: Leadership) -> None:
         """Durable before it returns; refused (LostLeadership) unless `leadership` is current."""
 
+    def read_token(self) -> str | None:
+        """The cell token text (tenor.auth.tokens), None before any server created it."""
+
+    def create_token(self, text: str) -> bool:
+        """Stores `text` as the token only if there is none yet; True if this call stored it."""
+
+    def write_token(self, text: str) -> None:
+        """Replaces the token text (a rotation step)."""
+
     def close(self) -> None: ...

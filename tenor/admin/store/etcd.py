@@ -1,6 +1,6 @@
 """A cell root in etcd: `etcd://HOST:PORT[/prefix]`.
 
-Keys: `<prefix>/tenor/<cell>/{config, state, leader}`. The leader key holds the active
+Keys: `<prefix>/tenor/<cell>/{config, state, leader, token}` (guard `token` with etcd's own auth). The leader key holds the active
 admin's location and is bound to a lease: created only if absent (a transaction on
 create_revision == 0), renewed every `keepalive_s`, gone `ttl_s` after its admin dies.
 State writes are fenced on that lease, so an admin that lost its lease cannot overwrite
@@ -14,7 +14,7 @@ import time
 
 from tenor.admin.naming import CellName
 from tenor.admin.store.base import AdminLocation, CellState, LostLeadership, StoreError
-from tenor.admin.store.etcd_client import EtcdClient
+from tenor.admin.store.etcd_client import EtcdAccess, EtcdClient
 
 DEFAULT_TTL_S = 3
 
@@ -54,15 +54,17 @@ class EtcdLeadership:
 
 
 class EtcdCellStore:
-    def __init__(self, endpoint: str, prefix: str, cell: CellName, ttl_s: int = DEFAULT_TTL_S) -> None:
+    def __init__(self, endpoint: str, prefix: str, cell: CellName, ttl_s: int = DEFAULT_TTL_S,
+                 access: EtcdAccess = EtcdAccess()) -> None:
         self.root = f"etcd://{endpoint}{prefix}"
         self.cell = cell
         self.ttl_s = ttl_s
-        self._client = EtcdClient(endpoint)
+        self._client = EtcdClient(endpoint, access=access)
         base = f"{prefix}/tenor/{cell.cell}"
         self._config_key = f"{base}/config".encode()
         self._state_key = f"{base}/state".encode()
         self._leader_key = f"{base}/leader".encode()
+        self._token_key = f"{base}/token".encode()
 
     def ensure_cell(self) -> None:
         self._client.put_if_absent(self._config_key, json.dumps({"cell": str(self.cell)}).encode())
@@ -89,6 +91,16 @@ class EtcdCellStore:
     def save_state(self, state: CellState, leadership: EtcdLeadership) -> None:
         if not self._client.put_if_lease(self._leader_key, leadership.lease, self._state_key, state.to_bytes()):
             raise LostLeadership("the leader key is no longer ours; state not written")
+
+    def read_token(self) -> str | None:
+        kv = self._client.get(self._token_key)
+        return None if kv is None else kv.value.decode(errors="replace")
+
+    def create_token(self, text: str) -> bool:
+        return self._client.put_if_absent(self._token_key, text.encode())
+
+    def write_token(self, text: str) -> None:
+        self._client.put(self._token_key, text.encode())
 
     def close(self) -> None:
         self._client.close()

@@ -8,7 +8,10 @@ base64; int64 fields come back as JSON strings.
 from __future__ import annotations
 
 import base64
+import ssl
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -28,16 +31,77 @@ class KeyValue:
     lease: int
 
 
-class EtcdClient:
-    def __init__(self, endpoint: str, timeout_s: float = 2.0) -> None:
-        self.endpoint = endpoint  # "host:port"
-        self._http = httpx.Client(base_url=f"http://{endpoint}", timeout=timeout_s)
+ACCESS_KEYS = ("ca", "cert", "key", "user", "password_file")
 
-    def _call(self, path: str, body: dict[str, object]) -> dict[str, object]:
+
+@dataclass(frozen=True)
+class EtcdAccess:
+    """etcd's own TLS (a CA to verify it; a client certificate when it demands one) and auth
+    (a user whose password is read from a file, never from the root URL)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    user: str | None = None
+    password_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError("etcd root: cert and key go together")
+        if (self.user is None) != (self.password_file is None):
+            raise ValueError("etcd root: user and password_file go together")
+        for path in (self.ca, self.cert, self.key, self.password_file):
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"etcd root: no such file {path}")
+
+    @property
+    def tls(self) -> bool:
+        return self.ca is not None or self.cert is not None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca)
+        if self.cert is not None and self.key is not None:
+            context.load_cert_chain(self.cert, self.key)
+        return context
+
+
+class EtcdClient:
+    def __init__(self, endpoint: str, timeout_s: float = 2.0, access: EtcdAccess = EtcdAccess()) -> None:
+        self.endpoint = endpoint  # "host:port"
+        self.access = access
+        scheme = "https" if access.tls else "http"
+        verify: ssl.SSLContext | bool = access.ssl_context() if access.tls else True
+        self._http = httpx.Client(base_url=f"{scheme}://{endpoint}", timeout=timeout_s, verify=verify)
+        self._auth_lock = threading.Lock()
+        self._auth_token = ""
+
+    def _authenticate(self) -> None:
+        """etcd auth: trade the user's password for a token sent on every call."""
+        assert self.access.user is not None and self.access.password_file is not None
+        password = Path(self.access.password_file).read_text().strip()
         try:
-            response = self._http.post(f"/v3/{path}", json=body)
+            response = self._http.post("/v3/auth/authenticate", json={"name": self.access.user, "password": password})
         except httpx.HTTPError as exc:
             raise StoreError(f"etcd at {self.endpoint} unreachable: {exc}") from None
+        if response.status_code != 200:
+            raise StoreError(f"etcd at {self.endpoint} refused user {self.access.user}: {response.text[:200]}")
+        with self._auth_lock:
+            self._auth_token = str(response.json().get("token", ""))
+
+    def _post(self, path: str, body: dict[str, object]) -> httpx.Response:
+        headers = {"Authorization": self._auth_token} if self._auth_token else {}
+        try:
+            return self._http.post(f"/v3/{path}", json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise StoreError(f"etcd at {self.endpoint} unreachable: {exc}") from None
+
+    def _call(self, path: str, body: dict[str, object]) -> dict[str, object]:
+        if self.access.user is not None and not self._auth_token:
+            self._authenticate()
+        response = self._post(path, body)
+        if response.status_code == 401 and self.access.user is not None:
+            self._authenticate()  # the token expired (etcd's simple tokens last minutes)
+            response = self._post(path, body)
         if response.status_code != 200:
             raise StoreError(f"etcd at {self.endpoint} said {response.status_code} to {path}: {response.text[:200]}")
         return response.json()

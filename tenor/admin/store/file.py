@@ -1,6 +1,7 @@
 """A cell root in a local directory: `file://DIR`.
 
-Layout: `DIR/tenor/<cell>/{config.json, state.json, location.json, admin.lock}`.
+Layout: `DIR/tenor/<cell>/{config.json, state.json, location.json, admin.lock, token}`
+(`token` is 0600: only the cell's own user may read it).
 Election is an exclusive `flock` on admin.lock held for the admin's lifetime: the kernel
 drops it when the process dies, even on kill -9, so a standby's next try succeeds.
 Writes go to a temp file that is fsynced and renamed over the target, then the directory
@@ -129,6 +130,39 @@ class FileCellStore:
             write_durably(self.state_path, state.to_bytes())
         except OSError as exc:
             raise StoreError(f"cannot write {self.state_path}: {exc}") from None
+
+    @property
+    def token_path(self) -> Path:
+        return self.cell_dir / "token"
+
+    def read_token(self) -> str | None:
+        try:
+            return self.token_path.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"cannot read the cell token {self.token_path}: {exc.strerror}") from None
+
+    def create_token(self, text: str) -> bool:
+        self.ensure_cell()
+        try:
+            fd = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise StoreError(f"cannot create the cell token {self.token_path}: {exc.strerror}") from None
+        # Readers that find it empty treat it as "no token yet" and look again a second later.
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+
+    def write_token(self, text: str) -> None:
+        try:
+            write_durably(self.token_path, text.encode())  # mkstemp's file is 0600, and so stays
+        except OSError as exc:
+            raise StoreError(f"cannot write the cell token {self.token_path}: {exc.strerror}") from None
 
     def close(self) -> None:
         return None

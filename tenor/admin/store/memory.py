@@ -19,6 +19,7 @@ class _Cell:
     location: AdminLocation | None = None
     leader: "MemoryLeadership | None" = None
     configured: bool = False
+    token: str | None = None
 
 
 _ROOTS: dict[str, dict[str, _Cell]] = {}
@@ -88,6 +89,21 @@ class MemoryCellStore:
             if self._cell.leader is not leadership:
                 raise LostLeadership("not the leader of the memory root")
             self._cell.state = state
+
+    def read_token(self) -> str | None:
+        with _LOCK:
+            return self._cell.token
+
+    def create_token(self, text: str) -> bool:
+        with _LOCK:
+            if self._cell.token is not None:
+                return False
+            self._cell.token = text
+            return True
+
+    def write_token(self, text: str) -> None:
+        with _LOCK:
+            self._cell.token = text
 
     def close(self) -> None:
         return None

@@ -10,9 +10,10 @@ from __future__ import annotations
 from fastapi import FastAPI, Response
 
 from tenor.engine.api import Engine
-from tenor.server.http import jetstream, openai
+from tenor.server.http import jetstream, openai, utility
 from tenor.server.http.auth import ApiKeyGuard
 from tenor.server.http.body_limit import BodyLimit
+from tenor.server.http.body_timeout import BodyTimeout
 from tenor.server.http.context import ServerContext
 from tenor.server.http.errors import install_error_handlers
 from tenor.server.metrics import ServerMetrics
@@ -21,21 +22,29 @@ from tenor.server.metrics import ServerMetrics
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
-def build_app(engine: Engine, *, served_model_name: str | None = None, api_key: str | None = None) -> FastAPI:
+def build_app(
+    engine: Engine, *, served_model_name: str | None = None, api_key: str | None = None, tokenized: bool = False,
+    body_timeout_s: float = 30.0,
+) -> FastAPI:
     """An app serving `engine` under `served_model_name` (default: engine.model_name).
-    With `api_key`, /v1/* and /generate need `Authorization: Bearer <api_key>`."""
+    With `api_key`, /v1/* and /generate need `Authorization: Bearer <api_key>`. A
+    `tokenized` model reads and writes comma-separated token ids in place of text."""
     name = served_model_name if served_model_name is not None else engine.model_name
     if not name:
         raise ValueError("served_model_name must not be empty")
-    ctx = ServerContext(engine=engine, model_name=name, metrics=ServerMetrics(engine))
+    ctx = ServerContext(engine=engine, model_name=name, metrics=ServerMetrics(engine), tokenized=tokenized)
     guard = ApiKeyGuard(api_key)
 
-    app = FastAPI(title="tenor", summary=f"serving {name}")
+    # With a key, the schema and its viewers are closed too: they would tell strangers what is served.
+    docs = {} if api_key is None else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="tenor", summary=f"serving {name}", **docs)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodyTimeout, timeout_s=body_timeout_s)
     app.state.tenor = ctx
     install_error_handlers(app)
     app.include_router(jetstream.build_router(ctx, guard))
     app.include_router(openai.build_router(ctx, guard))
+    app.include_router(utility.build_router(ctx, guard))
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

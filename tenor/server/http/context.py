@@ -4,13 +4,13 @@ the metrics, and whether the server still admits new requests."""
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from tenor.engine.api import Engine, GenerateRequest, HealthState, SamplingParams
 from tenor.server.http.errors import ApiError
 from tenor.server.metrics import ServerMetrics
+from tenor.server.pipeline import RequestPipeline
 
 
 @dataclass
@@ -20,6 +20,11 @@ class ServerContext:
     metrics: ServerMetrics
     created: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False  # set on SIGTERM: in-flight requests finish, new ones get 503
+    tokenized: bool = False  # the model reads and writes comma-separated token ids
+    pipeline: RequestPipeline = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pipeline = RequestPipeline(self.engine, self.tokenized)
 
     def health(self) -> HealthState:
         return HealthState.STOPPED if self.draining else self.engine.health()
@@ -40,5 +45,4 @@ class ServerContext:
 
     def new_request(self, id_prefix: str, prompt_token_ids: Sequence[int], sampling: SamplingParams) -> GenerateRequest:
         """Checks the engine's limits (a 400 with the numbers) and names the request."""
-        self.engine.limits.check(len(prompt_token_ids), sampling)
-        return GenerateRequest(f"{id_prefix}-{uuid.uuid4().hex}", tuple(prompt_token_ids), sampling)
+        return self.pipeline.request(id_prefix, prompt_token_ids, sampling)

@@ -10,6 +10,7 @@ so that a client needs one error parser for the whole server.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 
@@ -18,7 +19,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tenor.engine.api import EngineError, EngineUnavailableError, InvalidRequestError, OverloadedError
+from tenor.engine.api import EngineError, OverloadedError
+from tenor.server.error_table import classify, client_message
+
+log = logging.getLogger(__name__)
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -31,6 +35,7 @@ ERROR_TYPES = {
     503: "server_error",
 }
 STATUS_CODES = {  # the code for statuses that Starlette raises by itself
+    400: "invalid_json",  # FastAPI's "There was an error parsing the body"
     404: "not_found",
     405: "method_not_allowed",
     413: "request_too_large",
@@ -64,19 +69,16 @@ def bad_request(message: str, param: str | None = None, code: str = "invalid_val
 
 
 def from_engine_error(exc: Exception) -> ApiError:
-    """Maps the engine contract's errors onto HTTP statuses; anything else is a 500 whose
-    details stay in the server's log (the caller logs it), not in the client's hands."""
+    """Maps errors onto HTTP statuses through the one error table; anything it does not
+    know is a 500 whose details stay in the server's log, not in the client's hands."""
     if isinstance(exc, ApiError):
         return exc
-    if isinstance(exc, InvalidRequestError):
-        return ApiError(400, str(exc), "invalid_value")
+    kind = classify(exc)
+    headers = {}
     if isinstance(exc, OverloadedError):
         # Retry-After takes whole seconds; rounding down to 0 would invite a busy loop.
-        retry_after = str(max(1, math.ceil(exc.retry_after_s)))
-        return ApiError(429, str(exc), "overloaded", headers={"Retry-After": retry_after})
-    if isinstance(exc, EngineUnavailableError):
-        return ApiError(503, str(exc), "engine_unavailable")
-    return ApiError(500, "internal server error", "internal_error")
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+    return ApiError(kind.http_status, client_message(exc), kind.code, headers=headers)
 
 
 def from_validation_error(exc: RequestValidationError) -> ApiError:
@@ -126,6 +128,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        if exc.status == 500:  # every 500 reaches the server's log with its traceback
+            cause = exc.__cause__ or exc
+            log.error("%s %s failed", request.method, request.url.path, exc_info=(type(cause), cause, cause.__traceback__))
         return exc.response()
 
     @app.exception_handler(RequestValidationError)
@@ -134,13 +139,15 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = STATUS_CODES.get(exc.status_code, "http_error")
+        # Every code is one the README's table lists: other 4xx are "bad_request", 5xx "internal_error".
+        fallback = "internal_error" if exc.status_code >= 500 else "bad_request"
+        code = STATUS_CODES.get(exc.status_code, fallback)
         error = ApiError(exc.status_code, str(exc.detail), code, headers=dict(exc.headers or {}))
         return error.response()
 
     @app.exception_handler(EngineError)
     async def _engine_error(request: Request, exc: EngineError) -> JSONResponse:
-        return from_engine_error(exc).response()
+        return await _api_error(request, from_engine_error(exc))
 
     # Starlette re-raises what reaches this handler after answering, so the server logs it.
     @app.exception_handler(Exception)

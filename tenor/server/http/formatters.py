@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from pydantic import BaseModel
 
-from tenor.engine.api import RequestOutput, SampleDelta, TokenLogprob, Tokenizer
+from tenor.engine.api import RequestOutput, SampleDelta, Tokenizer, TokenLogprob
 from tenor.server.http.context import ServerContext
 from tenor.server.http.generation import GenerationResult, SampleResult
 from tenor.server.http.schemas import (
@@ -72,9 +73,35 @@ def worth_sending(delta: SampleDelta) -> bool:
     return bool(delta.text or delta.logprobs or delta.finish_reason is not None)
 
 
+@dataclass(frozen=True)
+class Echo:
+    """A prompt echoed before its completion (OpenAI's `echo`)."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float | None, ...]  # one per token; the first is None
+
+
+def merge_completions(completions: Sequence[BaseModel]) -> Completion:
+    """The responses of a batch of prompts as one: all choices (already indexed), summed usage."""
+    parts = [c for c in completions if isinstance(c, Completion)]
+    choices = [choice for part in parts for choice in part.choices]
+    usages = [part.usage for part in parts if part.usage is not None]
+    usage = Usage(prompt_tokens=sum(u.prompt_tokens for u in usages),
+                  completion_tokens=sum(u.completion_tokens for u in usages),
+                  total_tokens=sum(u.total_tokens for u in usages))
+    return parts[0].model_copy(update={"choices": choices, "usage": usage})
+
+
 class CompletionFormatter:
-    def __init__(self, ctx: ServerContext, request_id: str, with_logprobs: bool) -> None:
+    """Choice `index` is `index_base + sample index`: a batch's prompt i has base i * n, as OpenAI numbers them."""
+
+    def __init__(self, ctx: ServerContext, request_id: str, with_logprobs: bool, index_base: int = 0,
+                 echo: Echo | None = None) -> None:
         self._id = request_id
+        self._index_base = index_base
+        self._echo = echo
+        self._echoed: set[int] = set()  # samples whose stream already carried the echo
         self._model = ctx.model_name
         self._tokenizer = ctx.engine.tokenizer
         self._created = int(time.time())
@@ -95,15 +122,43 @@ class CompletionFormatter:
         choices = [self._choice(s.index, s.text, s.logprobs, finish_reason(s)) for s in result.samples]
         return self._completion(choices, usage_of(result))
 
+    def _echo_part(self, index: int) -> tuple[str, CompletionLogprobs | None]:
+        """The echo's text and logprobs, once per sample (the first chunk, or the whole response)."""
+        if self._echo is None or index in self._echoed:
+            return "", None
+        self._echoed.add(index)
+        if not self._with_logprobs:
+            return self._echo.text, None
+        result = CompletionLogprobs()
+        offset = 0
+        for token_id, logprob in zip(self._echo.token_ids, self._echo.logprobs):
+            token = token_text(self._tokenizer, token_id)
+            result.tokens.append(token)
+            result.token_logprobs.append(None if logprob is None else finite(logprob))
+            result.top_logprobs.append(None if logprob is None else {token: finite(logprob)})
+            result.text_offset.append(offset)
+            offset += len(token)
+        self._offsets[index] = len(self._echo.text)
+        return self._echo.text, result
+
     def _completion(self, choices: list[CompletionChoice], usage: Usage | None = None) -> Completion:
         return Completion(id=self._id, created=self._created, model=self._model, choices=choices, usage=usage)
 
     def _choice(self, index: int, text: str, logprobs: Sequence[TokenLogprob], reason: str | None) -> CompletionChoice:
+        echo_text, echo_logprobs = self._echo_part(index)
         formatted = None
         if self._with_logprobs:
             offset = self._offsets.get(index, 0)
             formatted, self._offsets[index] = completion_logprobs(self._tokenizer, logprobs, offset)
-        return CompletionChoice(index=index, text=text, logprobs=formatted, finish_reason=reason)
+            if echo_logprobs is not None:
+                formatted = CompletionLogprobs(
+                    tokens=echo_logprobs.tokens + formatted.tokens,
+                    token_logprobs=echo_logprobs.token_logprobs + formatted.token_logprobs,
+                    top_logprobs=echo_logprobs.top_logprobs + formatted.top_logprobs,
+                    text_offset=echo_logprobs.text_offset + formatted.text_offset,
+                )
+        return CompletionChoice(index=self._index_base + index, text=echo_text + text, logprobs=formatted,
+                                finish_reason=reason)
 
 
 def completion_logprobs(
@@ -184,8 +239,9 @@ class ChatFormatter:
 
 
 def _top(tokenizer: Tokenizer, token_id: int, logprob: float) -> TopLogprob:
+    # The token's own bytes: a byte-fallback token's text is U+FFFD, its bytes are not.
     token = token_text(tokenizer, token_id)
-    return TopLogprob(token=token, logprob=finite(logprob), bytes=list(token.encode("utf-8")))
+    return TopLogprob(token=token, logprob=finite(logprob), bytes=list(tokenizer.token_bytes(token_id)))
 
 
 def token_text(tokenizer: Tokenizer, token_id: int) -> str:

@@ -8,27 +8,19 @@ way the client must get a status code (400/429/503), not a 200 stream that break
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import AsyncIterator
 
 import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from tenor.engine.api import Engine, FinishReason, GenerateRequest, RequestOutput, TokenLogprob
+from tenor.engine.api import GenerateRequest, RequestOutput
 from tenor.server.http.errors import ApiError, from_engine_error
 from tenor.server.metrics import RequestTimer
+from tenor.server.pipeline import RequestPipeline, SampleResult, Samples
 
-
-@dataclass
-class SampleResult:
-    """One of a request's n samples, accumulated over the whole generation."""
-
-    index: int
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    finish_reason: FinishReason | None = None
+__all__ = ["Generation", "GenerationResult", "GenerationStream", "SampleResult"]
 
 
 @dataclass(frozen=True)
@@ -45,11 +37,13 @@ class GenerationResult:
 class Generation:
     def __init__(
         self,
+        pipeline: RequestPipeline,
         request: GenerateRequest,
         outputs: AsyncIterator[RequestOutput],
         first: RequestOutput,
         timer: RequestTimer,
     ) -> None:
+        self.pipeline = pipeline
         self.request = request
         self.num_prompt_tokens = first.num_prompt_tokens
         self._outputs = outputs
@@ -57,11 +51,11 @@ class Generation:
         self._timer = timer
 
     @classmethod
-    async def start(cls, engine: Engine, request: GenerateRequest, timer: RequestTimer) -> "Generation":
+    async def start(cls, pipeline: RequestPipeline, request: GenerateRequest, timer: RequestTimer) -> "Generation":
         """Submits the request and waits for its first output; engine errors become ApiErrors."""
         outputs: AsyncIterator[RequestOutput] | None = None
         try:
-            outputs = engine.generate(request)
+            outputs = pipeline.engine.generate(request)
             first = await outputs.__anext__()
         except StopAsyncIteration:
             await _close(outputs)
@@ -72,7 +66,7 @@ class Generation:
                 raise from_engine_error(exc) from exc
             raise  # cancellation: the client went away while the request waited
         timer.observe(first)
-        return cls(request, outputs, first, timer)
+        return cls(pipeline, request, outputs, first, timer)
 
     async def outputs(self) -> AsyncIterator[RequestOutput]:
         """Every output from the first on. Leaving the loop early (or being cancelled)
@@ -89,16 +83,10 @@ class Generation:
             self._timer.finish(self.request.sampling.n)
 
     async def collect(self) -> GenerationResult:
-        samples = [SampleResult(index) for index in range(self.request.sampling.n)]
+        samples = Samples(self.pipeline, self.request.sampling.n)
         async for output in self.outputs():
-            for delta in output.deltas:
-                sample = samples[delta.index]
-                sample.text += delta.text
-                sample.token_ids.extend(delta.token_ids)
-                sample.logprobs.extend(delta.logprobs)
-                if delta.finish_reason is not None:
-                    sample.finish_reason = delta.finish_reason
-        return GenerationResult(self.request.request_id, self.num_prompt_tokens, tuple(samples))
+            samples.add(output)
+        return GenerationResult(self.request.request_id, self.num_prompt_tokens, tuple(samples.results))
 
     async def aclose(self) -> None:
         """Ends the request in the engine if it still runs; harmless after the end."""

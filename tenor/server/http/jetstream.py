@@ -9,6 +9,13 @@
     GET /healthcheck -> 200 {"response": {"is_live": true}} when the engine is ready,
                         503 {"response": {"is_live": false, "state": "loading"|...}} otherwise.
 
+JetStream's own HTTP mirror of its gRPC API (jetstream/entrypoints/http/api_server.py):
+
+    POST /v1/generate {"max_tokens", "text_content": {"text"} | "token_content": {"token_ids"},
+                       "num_samples"}
+      -> text/event-stream of DecodeResponse messages as protobuf JSON (no SSE framing)
+    GET /v1/health -> {"is_live": "True"|"False"}
+
 Validation is the same as /v1/*, and so is the error body.
 """
 
@@ -19,16 +26,20 @@ import logging
 from typing import AsyncIterator
 
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
+from google.protobuf import json_format
 
 from tenor.engine.api import FinishReason, HealthState, SamplingParams
+from tenor.proto import jetstream_pb2
 from tenor.server.http.auth import ApiKeyGuard
 from tenor.server.http.context import ServerContext
 from tenor.server.http.disconnect import ClientDisconnected, cancel_on_disconnect
 from tenor.server.http.errors import ApiError, from_engine_error
 from tenor.server.http.generation import Generation, GenerationStream
 from tenor.server.http.sampling import stop_strings, top_k_value
-from tenor.server.http.schemas import GenerateBody
+from tenor.server.http.schemas import DecodeBody, GenerateBody
+from tenor.server.orchestrator import decode
+from tenor.server.pipeline import TextPrompt
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +73,11 @@ def build_router(ctx: ServerContext, guard: ApiKeyGuard) -> APIRouter:
             seed=body.seed,
             stop=stop_strings(body.stop),
         )
-        prompt_ids = ctx.engine.tokenizer.encode(body.prompt)
+        prompt_ids = ctx.pipeline.prompt_ids(TextPrompt(body.prompt))
         engine_request = ctx.new_request("gen", prompt_ids, sampling)
         headers = {"X-Request-Id": engine_request.request_id}
         try:
-            generation = await cancel_on_disconnect(request, Generation.start(ctx.engine, engine_request, timer))
+            generation = await cancel_on_disconnect(request, Generation.start(ctx.pipeline, engine_request, timer))
             if body.stream:
                 return GenerationStream(generation, _ndjson(generation), NDJSON, headers)
             result = await cancel_on_disconnect(request, generation.collect())
@@ -77,7 +88,38 @@ def build_router(ctx: ServerContext, guard: ApiKeyGuard) -> APIRouter:
             raise aborted_error()
         return JSONResponse({"response": sample.text}, headers=headers)
 
+    @router.get("/v1/health")
+    async def v1_health() -> JSONResponse:
+        # JetStream answers the bool as a string, always with 200.
+        return JSONResponse({"is_live": str(ctx.health() is HealthState.READY)})
+
+    @router.post("/v1/generate", dependencies=[Depends(guard)])
+    async def v1_generate(body: DecodeBody) -> Response:
+        ctx.admit()
+        responses = decode(ctx.pipeline, body.to_proto())
+        try:  # the first response comes before the status line: a bad request is still a 400
+            first = await anext(responses)
+        except StopAsyncIteration:
+            first = None
+        return StreamingResponse(_decode_stream(first, responses), media_type="text/event-stream")
+
     return router
+
+
+async def _decode_stream(
+    first: jetstream_pb2.DecodeResponse | None, rest: AsyncIterator[jetstream_pb2.DecodeResponse]
+) -> AsyncIterator[str]:
+    """Each response as protobuf JSON, as JetStream's server writes them."""
+    try:
+        if first is not None:
+            yield json_format.MessageToJson(first)
+        async for response in rest:
+            yield json_format.MessageToJson(response)
+    except Exception as exc:  # the engine failed mid-stream; the status line is long gone
+        log.exception("JetStream /v1/generate failed mid-stream")
+        yield json.dumps(from_engine_error(exc).body)
+    finally:
+        await rest.aclose()
 
 
 async def _ndjson(generation: Generation) -> AsyncIterator[str]:

@@ -8,8 +8,9 @@ before [DONE]. Response shapes are checked against the official `openai` client 
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import AsyncIterator
+from typing import AsyncIterator, Sequence
 
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel
@@ -19,8 +20,15 @@ from tenor.server.http.auth import ApiKeyGuard
 from tenor.server.http.context import ServerContext
 from tenor.server.http.disconnect import ClientDisconnected, cancel_on_disconnect
 from tenor.server.http.errors import bad_request, from_engine_error
-from tenor.server.http.formatters import ChatFormatter, CompletionFormatter, Formatter, dumps
-from tenor.server.http.generation import Generation, GenerationStream
+from tenor.server.http.formatters import (
+    ChatFormatter,
+    CompletionFormatter,
+    Echo,
+    Formatter,
+    dumps,
+    merge_completions,
+)
+from tenor.server.http.generation import Generation, GenerationResult, GenerationStream, SampleResult
 from tenor.server.http.jetstream import CLIENT_CLOSED, aborted_error
 from tenor.server.http.sampling import openai_sampling, reject_unsupported
 from tenor.server.http.schemas import (
@@ -31,6 +39,9 @@ from tenor.server.http.schemas import (
     Usage,
 )
 from tenor.server.metrics import RequestTimer
+from tenor.server.pipeline import ChatPrompt, Prompt, TextPrompt, TokenPrompt
+
+MAX_PROMPTS_PER_REQUEST = 64  # a batch of prompts shares one HTTP request, not unbounded
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +67,25 @@ def build_router(ctx: ServerContext, guard: ApiKeyGuard) -> APIRouter:
         ctx.check_model(body.model)
         reject_unsupported(body)
         _reject_unsupported_completion(body)
-        timer = ctx.metrics.start_request()
-        prompt_ids = _completion_prompt(ctx, body.prompt)
+        prompts = [ctx.pipeline.prompt_ids(prompt) for prompt in _completion_prompts(body.prompt)]
         max_tokens = 16 if body.max_tokens is None else body.max_tokens
-        sampling = openai_sampling(body, max_tokens, body.logprobs)
-        engine_request = ctx.new_request("cmpl", prompt_ids, sampling)
-        formatter = CompletionFormatter(ctx, engine_request.request_id, body.logprobs is not None)
-        return await _respond(ctx, request, body.stream, _include_usage(body), engine_request, timer, formatter)
+        # echo with max_tokens 0 only scores the prompt (lm-eval-harness' loglikelihood requests).
+        score_only = body.echo and max_tokens == 0
+        sampling = openai_sampling(body, 1 if score_only else max_tokens, body.logprobs)
+        engine_requests = [ctx.new_request("cmpl", ids, sampling) for ids in prompts]
+        request_id = engine_requests[0].request_id
+        formatters = [
+            CompletionFormatter(ctx, request_id, body.logprobs is not None, index_base=i * sampling.n,
+                                echo=await _echo(ctx, ids, body) if body.echo else None)
+            for i, ids in enumerate(prompts)
+        ]
+        if score_only:
+            return _echo_only(engine_requests, formatters, body.stream, _include_usage(body))
+        if len(engine_requests) == 1:
+            timer = ctx.metrics.start_request()
+            return await _respond(ctx, request, body.stream, _include_usage(body), engine_requests[0], timer,
+                                  formatters[0])
+        return await _respond_batch(ctx, request, body.stream, _include_usage(body), engine_requests, formatters)
 
     @router.post("/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
@@ -71,7 +94,8 @@ def build_router(ctx: ServerContext, guard: ApiKeyGuard) -> APIRouter:
         reject_unsupported(body)
         _reject_unsupported_chat(body)
         timer = ctx.metrics.start_request()
-        prompt_ids = _chat_prompt(ctx, body)
+        messages = tuple({"role": message.role, "content": message.text()} for message in body.messages)
+        prompt_ids = ctx.pipeline.prompt_ids(ChatPrompt(messages))
         sampling = openai_sampling(body, _chat_max_tokens(ctx, body, len(prompt_ids)), _chat_logprobs(body))
         engine_request = ctx.new_request("chatcmpl", prompt_ids, sampling)
         formatter = ChatFormatter(ctx, engine_request.request_id, body.logprobs, body.top_logprobs or 0)
@@ -92,9 +116,9 @@ async def _respond(
     """Runs the request; answers with one JSON body or an SSE stream."""
     headers = {"X-Request-Id": engine_request.request_id}
     try:
-        generation = await cancel_on_disconnect(request, Generation.start(ctx.engine, engine_request, timer))
+        generation = await cancel_on_disconnect(request, Generation.start(ctx.pipeline, engine_request, timer))
         if stream:
-            return GenerationStream(generation, _sse(generation, formatter, include_usage), SSE, headers)
+            return GenerationStream(generation, _sse([generation], [formatter], include_usage), SSE, headers)
         result = await cancel_on_disconnect(request, generation.collect())
     except ClientDisconnected:
         return Response(status_code=CLIENT_CLOSED)
@@ -103,27 +127,33 @@ async def _respond(
     return _json(formatter.response(result), headers)
 
 
-async def _sse(generation: Generation, formatter: Formatter, include_usage: bool) -> AsyncIterator[str]:
+async def _sse(generations: Sequence[Generation], formatters: Sequence[Formatter],
+               include_usage: bool) -> AsyncIterator[str]:
+    """The SSE body of one request or of a batch of prompts (each generation in turn; their
+    choice indices tell them apart)."""
     generated = 0
+    aborted = False
     try:
-        for chunk in formatter.opening_chunks(generation.request.sampling.n):
-            yield _event(chunk)
-        async for output in generation.outputs():
-            generated += sum(len(delta.token_ids) for delta in output.deltas)
-            for chunk in formatter.chunks(output):
+        for generation, formatter in zip(generations, formatters, strict=True):
+            for chunk in formatter.opening_chunks(generation.request.sampling.n):
                 yield _event(chunk)
-            if any(delta.finish_reason is FinishReason.ABORT for delta in output.deltas):
-                yield _event(aborted_error().body)
+            async for output in generation.outputs():
+                generated += sum(len(delta.token_ids) for delta in output.deltas)
+                for chunk in formatter.chunks(output):
+                    yield _event(chunk)
+                if any(delta.finish_reason is FinishReason.ABORT for delta in output.deltas):
+                    yield _event(aborted_error().body)
+                    aborted = True
+                    break
+            if aborted:
                 break
         if include_usage:
-            usage = Usage(
-                prompt_tokens=generation.num_prompt_tokens,
-                completion_tokens=generated,
-                total_tokens=generation.num_prompt_tokens + generated,
-            )
-            yield _event(formatter.usage_chunk(usage))
+            prompt_tokens = sum(g.num_prompt_tokens for g in generations)
+            usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=generated,
+                          total_tokens=prompt_tokens + generated)
+            yield _event(formatters[0].usage_chunk(usage))
     except Exception as exc:  # the engine failed mid-stream; the status line is long gone
-        log.exception("request %s failed mid-stream", generation.request.request_id)
+        log.exception("request %s failed mid-stream", generations[0].request.request_id)
         yield _event(from_engine_error(exc).body)
     yield "data: [DONE]\n\n"
 
@@ -146,36 +176,108 @@ def _include_usage(body: CompletionRequest | ChatCompletionRequest) -> bool:
     return body.stream_options is not None and body.stream_options.include_usage
 
 
-def _completion_prompt(ctx: ServerContext, prompt: str | list[str] | list[int] | list[list[int]]) -> list[int]:
-    """One prompt per request: a string, a list of one string, token ids, or a list of one id list."""
+def _completion_prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[Prompt]:
+    """OpenAI's `prompt`: a string, token ids, or a list of either (a batch, as LangChain's
+    batch() sends). Each prompt of a batch is its own engine request."""
     if isinstance(prompt, str):
-        return ctx.engine.tokenizer.encode(prompt)
-    if prompt and all(isinstance(item, int) for item in prompt):
-        return _checked_ids(ctx, prompt)  # type: ignore[arg-type]
-    if len(prompt) != 1:
-        raise bad_request(f"'prompt' must hold exactly one prompt, got {len(prompt)}", "prompt")
-    only = prompt[0]
-    if isinstance(only, str):
-        return ctx.engine.tokenizer.encode(only)
-    return _checked_ids(ctx, only)  # type: ignore[arg-type]
+        return [TextPrompt(prompt)]
+    if not prompt:
+        raise bad_request("'prompt' must not be empty", "prompt")
+    if all(isinstance(item, int) for item in prompt):
+        return [TokenPrompt(tuple(prompt))]  # type: ignore[arg-type]
+    if len(prompt) > MAX_PROMPTS_PER_REQUEST:
+        raise bad_request(f"'prompt' may hold at most {MAX_PROMPTS_PER_REQUEST} prompts, got {len(prompt)}", "prompt")
+    prompts: list[Prompt] = []
+    for i, item in enumerate(prompt):
+        if isinstance(item, str):
+            prompts.append(TextPrompt(item, field=f"prompt[{i}]"))
+        else:
+            prompts.append(TokenPrompt(tuple(item), field=f"prompt[{i}]"))  # type: ignore[arg-type]
+    return prompts
 
 
-def _checked_ids(ctx: ServerContext, ids: list[int]) -> list[int]:
-    """Token ids from the client index the embedding table: one out of range would fail the
-    engine step for every request batched with it. The contract's Tokenizer has no vocab
-    size, but tenor's tokenizers do; without one only negative ids can be caught here."""
-    vocab_size = getattr(ctx.engine.tokenizer, "vocab_size", None)
-    limit = vocab_size if isinstance(vocab_size, int) else None
-    for token_id in ids:
-        if token_id < 0 or (limit is not None and token_id >= limit):
-            valid = f"0 to {limit - 1}" if limit is not None else "0 or more"
-            raise bad_request(f"'prompt' token id {token_id} is out of range (valid ids: {valid})", "prompt")
-    return list(ids)
+async def _echo(ctx: ServerContext, prompt_ids: Sequence[int], body: CompletionRequest) -> Echo:
+    """The prompt to echo; with logprobs, each prompt token's logprob (the first has none), as vLLM gives."""
+    text = ctx.engine.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+    if body.logprobs is None or len(prompt_ids) < 2:
+        return Echo(text, tuple(prompt_ids), (None,) * len(prompt_ids))
+    try:
+        logprobs = await ctx.engine.token_logprobs(prompt_ids[:1], prompt_ids[1:])
+    except Exception as exc:
+        raise from_engine_error(exc) from exc
+    return Echo(text, tuple(prompt_ids), (None, *logprobs))
+
+
+async def _respond_batch(
+    ctx: ServerContext,
+    request: Request,
+    stream: bool,
+    include_usage: bool,
+    engine_requests: list[GenerateRequest],
+    formatters: list[CompletionFormatter],
+) -> Response:
+    """Several prompts: every request starts (and may fail) before the response does; the
+    stream then sends each request's chunks in turn (their choice indices tell them apart)."""
+    generations: list[Generation] = []
+    try:
+        for engine_request in engine_requests:
+            started = Generation.start(ctx.pipeline, engine_request, ctx.metrics.start_request())
+            generations.append(await cancel_on_disconnect(request, started))
+        if stream:
+            body = _sse(generations, formatters, include_usage)
+            return _BatchStream(generations, body, SSE, {"X-Request-Id": engine_requests[0].request_id})
+        results = await cancel_on_disconnect(request, asyncio.gather(*(g.collect() for g in generations)))
+    except ClientDisconnected:
+        await _close_all(generations)
+        return Response(status_code=CLIENT_CLOSED)
+    except BaseException:
+        await _close_all(generations)
+        raise
+    if any(sample.finish_reason is FinishReason.ABORT for result in results for sample in result.samples):
+        raise aborted_error()
+    return _json(merge_completions([f.response(r) for f, r in zip(formatters, results)]))
+
+
+def _echo_only(engine_requests: list[GenerateRequest], formatters: list[CompletionFormatter], stream: bool,
+               include_usage: bool) -> Response:
+    """The prompts echoed (with their logprobs when asked), nothing generated."""
+    n = engine_requests[0].sampling.n
+    completions = [
+        formatter.response(GenerationResult(engine_request.request_id, len(engine_request.prompt_token_ids),
+                                            tuple(SampleResult(j, finish_reason=FinishReason.LENGTH)
+                                                  for j in range(n))))
+        for engine_request, formatter in zip(engine_requests, formatters, strict=True)
+    ]
+    merged = merge_completions(completions)
+    if not stream:
+        return _json(merged)
+    events = [_event(merged.model_copy(update={"choices": [choice], "usage": None})) for choice in merged.choices]
+    if include_usage:
+        events.append(_event(merged.model_copy(update={"choices": []})))
+    return Response("".join(events) + "data: [DONE]\n\n", media_type=SSE)
+
+
+class _BatchStream(GenerationStream):
+    """Closes every generation of the batch however the stream ends."""
+
+    def __init__(self, generations: list[Generation], body: AsyncIterator[str], media_type: str,
+                 headers: dict[str, str]) -> None:
+        super().__init__(generations[0], body, media_type, headers)
+        self._all = generations
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await _close_all(self._all)
+
+
+async def _close_all(generations: list[Generation]) -> None:
+    for generation in generations:
+        await generation.aclose()
 
 
 def _reject_unsupported_completion(body: CompletionRequest) -> None:
-    if body.echo:
-        raise bad_request("'echo' is not supported", "echo", code="unsupported_parameter")
     if body.suffix:
         raise bad_request("'suffix' is not supported", "suffix", code="unsupported_parameter")
     if body.best_of is not None and body.best_of != body.n:
@@ -189,18 +291,6 @@ def _reject_unsupported_chat(body: ChatCompletionRequest) -> None:
         raise bad_request(
             "'response_format' supports only {\"type\": \"text\"}", "response_format", code="unsupported_parameter"
         )
-
-
-def _chat_prompt(ctx: ServerContext, body: ChatCompletionRequest) -> list[int]:
-    if not body.messages:
-        raise bad_request("'messages' must not be empty", "messages")
-    messages = [{"role": message.role, "content": message.text()} for message in body.messages]
-    try:
-        text = ctx.engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    except Exception as exc:  # templates raise on conversations they refuse (roles out of order...)
-        raise bad_request(f"the chat template rejected the messages: {exc}", "messages") from exc
-    # The template already holds the special tokens (BOS, role markers).
-    return ctx.engine.tokenizer.encode(text, add_special_tokens=False)
 
 
 def _chat_max_tokens(ctx: ServerContext, body: ChatCompletionRequest, num_prompt_tokens: int) -> int:

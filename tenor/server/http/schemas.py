@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -20,6 +20,31 @@ Stop = str | list[str] | None
 
 class StrictRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _whole_characters(cls, value: object) -> object:
+        """JSON may carry a lone surrogate ("\\ud800"), which no tokenizer can encode: it is
+        refused here, once, as a 400 naming the field."""
+        check_text(value)
+        return value
+
+
+def check_text(value: object) -> None:
+    """Raises ValueError if `value` (a string, or strings inside lists and dicts) holds a
+    character that is not valid Unicode text (a lone UTF-16 surrogate)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"holds a lone surrogate at character {exc.start}; send valid Unicode text") from None
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            check_text(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_text(key)
+            check_text(item)
 
 
 class GenerateBody(StrictRequest):
@@ -33,6 +58,43 @@ class GenerateBody(StrictRequest):
     top_p: float = 1.0
     seed: Seed = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     stop: Stop = None
+
+
+class TextContent(StrictRequest):
+    text: str
+
+
+class TokenContent(StrictRequest):
+    token_ids: list[int]
+
+
+class DecodeBody(StrictRequest):
+    """JetStream's POST /v1/generate: the JSON mirror of its gRPC DecodeRequest."""
+
+    max_tokens: int = Field(default=100, ge=1, le=2**31 - 1)
+    text_content: TextContent | None = None
+    token_content: TokenContent | None = None
+    num_samples: int = Field(default=1, ge=1, le=2**31 - 1)
+    lora_adapter_id: str = ""
+    has_bos: bool = False
+
+    def to_proto(self):  # -> jetstream_pb2.DecodeRequest (imported late: schemas stay proto-free)
+        from tenor.engine.api import InvalidRequestError
+        from tenor.proto import jetstream_pb2
+
+        if (self.text_content is None) == (self.token_content is None):
+            raise InvalidRequestError("set exactly one of 'text_content' and 'token_content'")
+        request = jetstream_pb2.DecodeRequest(max_tokens=self.max_tokens, num_samples=self.num_samples,
+                                              lora_adapter_id=self.lora_adapter_id, has_bos=self.has_bos)
+        if self.text_content is not None:
+            request.text_content.text = self.text_content.text
+        else:
+            assert self.token_content is not None
+            for token_id in self.token_content.token_ids:
+                if not 0 <= token_id < 2**31:
+                    raise InvalidRequestError(f"'token_content.token_ids': {token_id} is out of range")
+            request.token_content.token_ids.extend(self.token_content.token_ids)
+        return request
 
 
 class StreamOptions(StrictRequest):
@@ -100,6 +162,19 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[dict[str, object]] | None = None
 
 
+class TokenizeBody(StrictRequest):
+    """vLLM's (`prompt`, `messages`) and llama.cpp's (`content`) /tokenize requests."""
+
+    prompt: str | None = None
+    content: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool = True
+
+
+class DetokenizeBody(StrictRequest):
+    tokens: list[int]
+
+
 # Responses. Field names and nesting follow OpenAI's API reference.
 
 
@@ -111,8 +186,8 @@ class Usage(BaseModel):
 
 class CompletionLogprobs(BaseModel):
     tokens: list[str] = []
-    token_logprobs: list[float] = []
-    top_logprobs: list[dict[str, float]] = []
+    token_logprobs: list[float | None] = []  # None: an echoed first prompt token (nothing before it)
+    top_logprobs: list[dict[str, float] | None] = []
     text_offset: list[int] = []
 
 

@@ -42,3 +42,13 @@ async def test_without_a_key_everything_is_open():
 def test_a_blank_key_is_a_configuration_error():
     with pytest.raises(ValueError, match="api_key"):
         ApiKeyGuard("  ")
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json"])
+async def test_the_schema_and_its_viewers_close_with_a_key(path):
+    async with asgi_client(api_key=KEY) as (client, _):
+        closed = await client.get(path, headers={"Authorization": f"Bearer {KEY}"})
+    async with asgi_client() as (client, _):
+        open_ = await client.get(path)
+    assert closed.status_code == 404 and closed.json()["error"]["code"] == "not_found"
+    assert open_.status_code == 200

@@ -168,3 +168,28 @@ async def test_requests_the_engine_aborts_are_503s_or_end_their_stream_with_an_e
     assert json.loads(events[-2])["error"]["code"] == "aborted" and events[-1] == "[DONE]"
     lines = [json.loads(line) for line in ndjson.text.splitlines()]
     assert lines == [{"text": "d"}, {"error": lines[-1]["error"]}] and lines[-1]["error"]["code"] == "aborted"
+
+
+def _readme_error_codes() -> set[str]:
+    from pathlib import Path
+    import re
+
+    text = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    table = text.split("### Errors", 1)[1].split("\n\n`type`", 1)[0]
+    return set(re.findall(r"`([a-z_]+)`", table))
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 406, 409, 415, 418, 422, 500, 501, 502])
+async def test_every_status_starlette_raises_has_a_documented_code(status):
+    from fastapi import HTTPException
+
+    async with asgi_client() as (client, engine):
+        app = client._transport.app  # type: ignore[attr-defined]
+
+        @app.get("/raise")
+        async def _raise() -> None:
+            raise HTTPException(status, "refused")
+
+        response = await client.get("/raise")
+    assert response.status_code == status
+    assert response.json()["error"]["code"] in _readme_error_codes()

@@ -6,6 +6,7 @@ from tenor.engine.mock_engine import MockEngine
 from tenor.server.http.errors import ApiError
 from tenor.server.http.generation import Generation, GenerationStream
 from tenor.server.metrics import ServerMetrics
+from tenor.server.pipeline import RequestPipeline
 
 pytestmark = pytest.mark.anyio
 
@@ -22,7 +23,7 @@ async def started_engine(**kwargs) -> MockEngine:
 
 async def test_collect_accumulates_every_sample():
     engine = await started_engine()
-    generation = await Generation.start(engine, request(n=2), ServerMetrics(engine).start_request())
+    generation = await Generation.start(RequestPipeline(engine), request(n=2), ServerMetrics(engine).start_request())
     result = await generation.collect()
     assert [(s.text, len(s.token_ids), len(s.logprobs), s.finish_reason.value) for s in result.samples] == [
         ("def", 3, 3, "length"), ("efg", 3, 3, "length")
@@ -34,7 +35,7 @@ async def test_collect_accumulates_every_sample():
 async def test_engine_refusals_become_api_errors():
     engine = await started_engine(max_waiting=0)
     with pytest.raises(ApiError) as refused:
-        await Generation.start(engine, request(), ServerMetrics(engine).start_request())
+        await Generation.start(RequestPipeline(engine), request(), ServerMetrics(engine).start_request())
     assert refused.value.status == 429
 
 
@@ -50,13 +51,13 @@ async def test_an_engine_that_yields_nothing_is_a_500():
     engine = Silent()
     await engine.start()
     with pytest.raises(ApiError) as failed:
-        await Generation.start(engine, request(), ServerMetrics(engine).start_request())
+        await Generation.start(RequestPipeline(engine), request(), ServerMetrics(engine).start_request())
     assert failed.value.status == 500
 
 
 async def test_leaving_the_loop_early_aborts_the_request():
     engine = await started_engine()
-    generation = await Generation.start(engine, request(max_tokens=50), ServerMetrics(engine).start_request())
+    generation = await Generation.start(RequestPipeline(engine), request(max_tokens=50), ServerMetrics(engine).start_request())
     outputs = generation.outputs()
     await outputs.__anext__()
     await outputs.aclose()
@@ -66,7 +67,7 @@ async def test_leaving_the_loop_early_aborts_the_request():
 
 async def test_a_stream_whose_connection_fails_before_the_body_still_aborts():
     engine = await started_engine()
-    generation = await Generation.start(engine, request(max_tokens=50), ServerMetrics(engine).start_request())
+    generation = await Generation.start(RequestPipeline(engine), request(max_tokens=50), ServerMetrics(engine).start_request())
 
     async def body():
         async for output in generation.outputs():

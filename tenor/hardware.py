@@ -1,0 +1,174 @@
+"""What this CPU can do, read once, and the precision tenor serves with on it.
+
+`--dtype auto` and `--quantize auto` (the defaults) resolve here. The rule, from measurements on
+the CPUs we meet (benchmarks/RESULTS.md):
+
+- bfloat16 activations and weights only where the CPU computes bf16 natively (AMX or
+  AVX512-BF16 on x86, the BF16 extension on ARM); elsewhere bf16 is emulated and about 10x
+  slower than float32, so float32 activations.
+- With float32 activations on x86 (FBGEMM available), weights are stored as float16 and
+  multiplied by FBGEMM's fp16 GEMM: half the bytes of float32, 1.5-6x faster, and the same
+  greedy tokens as float32 on the default model.
+
+Thread count follows the cores this process may run on (affinity mask and cgroup quota), not
+the host's core count.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+DTYPE_CHOICES = ("auto", "bfloat16", "float32")
+QUANTIZE_CHOICES = ("auto", "none", "fp16", "int8")
+WEIGHT_LABELS = {
+    "dense": "weights in the activation dtype",
+    "fp16": "float16 weights (FBGEMM)",
+    "int8": "int8 weights in blocks of 32 for decode (tenor's kernel), float16 (FBGEMM) for prefill",
+}
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    model_name: str
+    machine: str  # platform.machine(): x86_64, aarch64, ...
+    flags: frozenset[str]  # /proc/cpuinfo flags (x86) or Features (ARM)
+    torch_capability: str  # torch.backends.cpu.get_cpu_capability(): AVX2, AVX512, ...
+    usable_cores: int
+
+    @property
+    def native_bf16(self) -> bool:
+        return bool({"amx_bf16", "avx512_bf16", "bf16"} & self.flags)
+
+    @property
+    def isa(self) -> str:
+        """The widest vector/matrix extensions, as users name them."""
+        named = [("amx_tile", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512_vnni", "AVX512-VNNI"),
+                 ("avx512f", "AVX-512"), ("avx_vnni", "AVX-VNNI"), ("avx2", "AVX2"), ("fma", "FMA"),
+                 ("sve", "SVE"), ("asimd", "NEON"), ("bf16", "BF16")]
+        found = [label for flag, label in named if flag in self.flags]
+        return " ".join(found) or self.torch_capability
+
+
+@dataclass(frozen=True)
+class Precision:
+    """What the engine runs: activation dtype, how linear weights are stored, and why."""
+
+    dtype: str  # "bfloat16" | "float32": activations, norms, KV cache
+    weights: str  # a key of WEIGHT_LABELS
+    reason: str
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _cpuinfo_fields(text: str) -> tuple[str, frozenset[str]]:
+    name, flags = "", frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("model name", "cpu model", "hardware") and not name:
+            name = value.strip()
+        elif key in ("flags", "features") and not flags:
+            flags = frozenset(value.split())
+    return name, flags
+
+
+def usable_cores(affinity: int | None = None, cgroup_cpu_max: str | None = None) -> int:
+    """Cores this process may use: its affinity mask, capped by a cgroup v2 CPU quota."""
+    if affinity is None:
+        affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cgroup_cpu_max is None:
+        cgroup_cpu_max = _read("/sys/fs/cgroup/cpu.max")
+    quota, _, period = cgroup_cpu_max.strip().partition(" ")
+    if quota and quota != "max" and period:
+        try:
+            affinity = min(affinity, max(1, math.ceil(int(quota) / int(period))))
+        except ValueError:
+            pass
+    return max(1, affinity)
+
+
+@functools.cache
+def cpu_info() -> CpuInfo:
+    import torch
+
+    name, flags = _cpuinfo_fields(_read("/proc/cpuinfo"))
+    return CpuInfo(model_name=name or platform.processor() or "unknown CPU", machine=platform.machine(),
+                   flags=flags, torch_capability=torch.backends.cpu.get_cpu_capability(),
+                   usable_cores=usable_cores())
+
+
+@functools.cache
+def fbgemm_fp16_available() -> bool:
+    """FBGEMM's fp16-weight GEMM works in this torch on this CPU (x86 builds)."""
+    import torch
+
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        return False
+    try:
+        packed = torch.ops.quantized.linear_prepack_fp16(torch.ones(8, 8), None)
+        out = torch.ops.quantized.linear_dynamic_fp16(torch.ones(2, 8), packed)
+    except (RuntimeError, AttributeError):
+        return False
+    return bool(torch.all(out == 8))
+
+
+def choose_precision(dtype: str, quantize: str, cpu: CpuInfo, fp16_kernel: bool,
+                     native_kernels: bool = False) -> Precision:
+    """Resolves --dtype and --quantize ("auto" or explicit) for `cpu`, given whether FBGEMM's fp16
+    GEMM and tenor's native kernels work here; raises ValueError for a combination that cannot
+    run here."""
+    if dtype not in DTYPE_CHOICES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
+    if quantize not in QUANTIZE_CHOICES:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
+    if dtype == "auto":
+        if cpu.native_bf16:
+            dtype, why = "bfloat16", f"{cpu.isa} computes bf16 natively"
+        else:
+            dtype, why = "float32", "no native bf16 on this CPU (it would be emulated, ~10x slower)"
+    else:
+        why = f"dtype {dtype} set by the model config or --dtype"
+    if quantize in ("fp16", "int8"):
+        if dtype != "float32":
+            raise ValueError(f"quantize {quantize} needs float32 activations "
+                             "(--dtype float32, or auto on a CPU without native bf16)")
+        if not fp16_kernel:
+            raise ValueError(f"quantize {quantize} needs FBGEMM (an x86 build of torch); use --quantize none")
+        if quantize == "int8" and not native_kernels:
+            raise ValueError("quantize int8 needs tenor's native kernels (a C compiler at setup); use fp16")
+        return Precision(dtype, quantize, f"{why}; {quantize} weights set by the config or --quantize")
+    if quantize == "auto" and dtype == "float32" and fp16_kernel:
+        if native_kernels:
+            return Precision(dtype, "int8", f"{why}; int8 weights read a quarter of float32's bytes per decode step")
+        return Precision(dtype, "fp16", f"{why}; fp16 weights halve the bytes each step reads")
+    return Precision(dtype, "dense", why)
+
+
+def resolve_precision(dtype: str, quantize: str) -> Precision:
+    """choose_precision for this machine."""
+    from tenor.models import native
+
+    return choose_precision(dtype, quantize, cpu_info(), fbgemm_fp16_available(), native.available())
+
+
+def configure_threads() -> int:
+    """Sets torch's intra-op threads to the cores this process may use, unless the user (or a
+    launcher splitting cores between ranks) set OMP_NUM_THREADS; returns the count."""
+    import torch
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()
+    cores = cpu_info().usable_cores
+    if torch.get_num_threads() != cores:
+        torch.set_num_threads(cores)
+    return cores

@@ -1,0 +1,188 @@
+"""tenor's fused float32 CPU kernels (tenor/csrc/cpu_kernels.c), built for this host and
+called through ctypes, with torch's ops as the fallback everywhere they are not available.
+
+The library is compiled with the system C compiler for the host's own instruction sets
+(`-march=native`) into a cache keyed by the source, the flags and the CPU's flags: a machine
+whose CPU changes gets a fresh build, never a binary with instructions it lacks. `./setup.sh`
+builds it once; otherwise the first engine that wants it does (under a second). Set
+TENOR_NATIVE_KERNELS=0 to use torch's ops only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "cpu_kernels.c"
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c99")
+_I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tenor" / "kernels"
+
+
+def _library_path(compiler: str) -> Path:
+    from tenor.hardware import cpu_info
+
+    key = hashlib.sha256()
+    key.update(SOURCE.read_bytes())
+    key.update(" ".join((compiler, *FLAGS)).encode())
+    key.update(" ".join(sorted(cpu_info().flags)).encode())
+    return cache_dir() / f"cpu_kernels-{key.hexdigest()[:16]}.so"
+
+
+def build() -> Path:
+    """Compiles the library for this host if the cache lacks it; returns its path. Raises
+    RuntimeError when no compiler is found or the build fails."""
+    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        raise RuntimeError("no C compiler (gcc or cc) on PATH")
+    target = _library_path(compiler)
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        partial = Path(tmp) / target.name
+        done = subprocess.run([compiler, *FLAGS, "-o", str(partial), str(SOURCE), "-lm"],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"building {SOURCE.name} failed: {done.stderr.strip()[-500:]}")
+        os.replace(partial, target)  # atomic: a concurrent build never sees half a file
+    return target
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The loaded kernels, or None (disabled, or no compiler, or the build failed: logged once)."""
+    if os.environ.get("TENOR_NATIVE_KERNELS", "1") == "0":
+        return None
+    try:
+        lib = ctypes.CDLL(str(build()))
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        log.warning("tenor's native CPU kernels are unavailable, using torch's ops: %s", exc)
+        return None
+    lib.tenor_rms_norm_f32.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, _F32]
+    lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64]
+    lib.tenor_paged_decode_attention_f32.argtypes = [_PTR] * 7 + [_I64] * 8 + [_F32, _I64]
+    lib.tenor_u8_block_linear_f32.argtypes = [_PTR] * 6 + [_I64] * 4
+    lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 5
+    for fn in (lib.tenor_rms_norm_f32, lib.tenor_silu_mul_f32, lib.tenor_paged_decode_attention_f32,
+               lib.tenor_u8_block_linear_f32, lib.tenor_rotary_kv_write_f32):
+        fn.restype = None
+    return lib
+
+
+def available() -> bool:
+    return library() is not None
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [T, D] float32 contiguous -> RMSNorm(x) * weight."""
+    out = torch.empty_like(x)
+    library().tenor_rms_norm_f32(_ptr(x), _ptr(weight), _ptr(out), x.shape[0], x.shape[1], eps)
+    return out
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [T, 2F] float32 contiguous -> silu(gate) * up [T, F]."""
+    rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty(rows, inter, dtype=gate_up.dtype)
+    library().tenor_silu_mul_f32(_ptr(gate_up), _ptr(out), rows, inter)
+    return out
+
+
+def rotary_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                    v_cache: torch.Tensor, slots: torch.Tensor, num_heads: int, num_kv_heads: int) -> None:
+    """In place: rotates the q and k heads of qkv [T, (H + 2K) * E] (Llama's rotate-half over whole
+    heads; cos, sin [T, E] contiguous with the sign in sin) and writes k, v to the cache [K, S, E]."""
+    dim = k_cache.shape[2]
+    library().tenor_rotary_kv_write_f32(_ptr(qkv), _ptr(cos), _ptr(sin), _ptr(k_cache), _ptr(v_cache), _ptr(slots),
+                                        qkv.shape[0], num_heads, num_kv_heads, dim, k_cache.shape[1])
+
+
+class DecodeScratch:
+    """The score buffer decode attention writes, one slice a thread, grown on demand."""
+
+    def __init__(self) -> None:
+        self.buffer = torch.empty(0)
+
+    def get(self, floats: int) -> torch.Tensor:
+        if self.buffer.numel() < floats:
+            self.buffer = torch.empty(floats)
+        return self.buffer
+
+
+def paged_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor,
+                           lengths: torch.Tensor, block_size: int, max_len: int, scratch: DecodeScratch) -> torch.Tensor:
+    """q [B, H, E]; k, v [K, slots, E] (one layer, contiguous); table [B, N] int64; lengths [B]
+    int64 -> [B, H, E], each sequence attending to its first lengths[b] cached tokens."""
+    batch, heads, dim = q.shape
+    kv_heads, slots = k.shape[0], k.shape[1]
+    q = q.contiguous()
+    out = torch.empty_like(q)
+    threads = torch.get_num_threads()
+    buffer = scratch.get(threads * (heads // kv_heads) * max_len)
+    library().tenor_paged_decode_attention_f32(
+        _ptr(q), _ptr(k), _ptr(v), _ptr(table), _ptr(lengths), _ptr(out), _ptr(buffer),
+        batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len, dim ** -0.5, threads)
+    return out
+
+
+INT8_BLOCK = 32  # weights per scale and minimum along the input dimension, as GGUF's Q4_1 / Q8_1
+INT8_MAX_ROWS = 8  # the kernel keeps one accumulator per row
+
+
+def quantize_u8_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """weight [OUT, IN] (IN a multiple of 32) -> uint8 [OUT, IN], scales and mins [OUT, IN / 32]
+    (float32): weight ~= u8 * scale + min, per block of 32.
+
+    Each block takes the better of two grids: from its minimum to its maximum in 255 steps (holds
+    a GGUF Q4_1 block exactly: 16 levels, 255 = 15 * 17), or symmetric around zero in steps of
+    absmax / 127 (holds a Q8_0 block exactly)."""
+    out_features, in_features = weight.shape
+    blocks = weight.float().reshape(out_features, in_features // INT8_BLOCK, INT8_BLOCK)
+    low, high = blocks.amin(dim=-1), blocks.amax(dim=-1)
+    absmax = torch.maximum(high, -low)
+    candidates = [(((high - low) / 255.0).clamp(min=1e-12), low),
+                  ((absmax / 127.0).clamp(min=1e-12), -127.0 * (absmax / 127.0).clamp(min=1e-12))]
+    best_q, best_scale, best_min, best_error = None, None, None, None
+    for scale, minimum in candidates:
+        q = torch.round((blocks - minimum[..., None]) / scale[..., None]).clamp(0, 255)
+        error = (q * scale[..., None] + minimum[..., None] - blocks).abs().amax(dim=-1)
+        if best_q is None:
+            best_q, best_scale, best_min, best_error = q, scale, minimum, error
+            continue
+        better = error < best_error
+        best_q = torch.where(better[..., None], q, best_q)
+        best_scale, best_min = torch.where(better, scale, best_scale), torch.where(better, minimum, best_min)
+        best_error = torch.minimum(error, best_error)
+    return (best_q.to(torch.uint8).reshape(out_features, in_features).contiguous(), best_scale.contiguous(),
+            best_min.contiguous())
+
+
+def u8_block_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
+                    bias: torch.Tensor | None) -> torch.Tensor:
+    """x [R, IN] float32 contiguous, R <= INT8_MAX_ROWS -> [R, OUT]."""
+    rows, out_features = x.shape[0], weight.shape[0]
+    out = torch.empty(rows, out_features)
+    library().tenor_u8_block_linear_f32(_ptr(x), _ptr(weight), _ptr(scales), _ptr(mins),
+                                       None if bias is None else _ptr(bias), _ptr(out), rows, x.shape[1],
+                                       out_features, torch.get_num_threads())
+    return out

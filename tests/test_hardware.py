@@ -1,0 +1,79 @@
+"""CPU detection and the precision chosen from it: plain tables, no torch kernels."""
+
+import pytest
+
+from tenor.hardware import CpuInfo, _cpuinfo_fields, choose_precision, cpu_info, usable_cores
+
+AVX2_EPYC = CpuInfo("AMD EPYC", "x86_64", frozenset({"avx2", "fma", "f16c"}), "AVX2", 2)
+AMX_XEON = CpuInfo("Intel Xeon", "x86_64", frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16",
+                                                      "amx_tile"}), "AVX512", 2)
+ARM_BF16 = CpuInfo("Neoverse-V1", "aarch64", frozenset({"asimd", "sve", "bf16"}), "SVE256", 4)
+ARM_PLAIN = CpuInfo("Cortex-A72", "aarch64", frozenset({"asimd"}), "DEFAULT", 4)
+
+
+@pytest.mark.parametrize("cpu, fp16_kernel, dtype, quantize, expected", [
+    # auto never picks an emulated dtype
+    (AVX2_EPYC, True, "auto", "auto", ("float32", "fp16")),  # no native kernels: fp16 alone
+    (AVX2_EPYC, False, "auto", "auto", ("float32", "dense")),
+    (AMX_XEON, True, "auto", "auto", ("bfloat16", "dense")),
+    (ARM_BF16, False, "auto", "auto", ("bfloat16", "dense")),
+    (ARM_PLAIN, False, "auto", "auto", ("float32", "dense")),
+    # explicit choices are honoured
+    (AVX2_EPYC, True, "float32", "none", ("float32", "dense")),
+    (AVX2_EPYC, True, "bfloat16", "auto", ("bfloat16", "dense")),
+    (AMX_XEON, True, "float32", "auto", ("float32", "fp16")),
+    (AMX_XEON, True, "auto", "fp16", None),  # bf16 activations cannot take fp16 weights
+    (AMX_XEON, True, "float32", "fp16", ("float32", "fp16")),
+])
+def test_choose_precision(cpu, fp16_kernel, dtype, quantize, expected):
+    if expected is None:
+        with pytest.raises(ValueError, match="float32 activations"):
+            choose_precision(dtype, quantize, cpu, fp16_kernel)
+        return
+    precision = choose_precision(dtype, quantize, cpu, fp16_kernel)
+    assert (precision.dtype, precision.weights) == expected
+    assert precision.reason
+
+
+def test_int8_needs_the_native_kernels():
+    assert choose_precision("auto", "auto", AVX2_EPYC, True, native_kernels=True).weights == "int8"
+    assert choose_precision("auto", "int8", AVX2_EPYC, True, native_kernels=True).weights == "int8"
+    with pytest.raises(ValueError, match="native kernels"):
+        choose_precision("auto", "int8", AVX2_EPYC, True, native_kernels=False)
+    assert choose_precision("auto", "auto", AMX_XEON, True, native_kernels=True).weights == "dense"
+
+
+def test_choose_precision_says_why_and_refuses_unknown_values():
+    assert "emulated" in choose_precision("auto", "auto", AVX2_EPYC, True).reason
+    assert "natively" in choose_precision("auto", "auto", AMX_XEON, True).reason
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        choose_precision("float16", "auto", AVX2_EPYC, True)
+    with pytest.raises(ValueError, match="quantize must be one of"):
+        choose_precision("auto", "int3", AVX2_EPYC, True)
+    with pytest.raises(ValueError, match="FBGEMM"):
+        choose_precision("float32", "fp16", ARM_PLAIN, False)
+
+
+@pytest.mark.parametrize("affinity, cpu_max, expected", [
+    (8, "max 100000", 8),
+    (8, "200000 100000", 2),
+    (8, "150000 100000", 2),  # 1.5 cores of quota: two threads, one of them part-time
+    (2, "800000 100000", 2),  # the affinity mask is the tighter bound
+    (4, "", 4),  # no cgroup v2 file
+    (4, "garbage", 4),
+])
+def test_usable_cores(affinity, cpu_max, expected):
+    assert usable_cores(affinity, cpu_max) == expected
+
+
+def test_cpuinfo_fields_x86_and_arm():
+    x86 = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu avx2 fma\n\nprocessor\t: 1\n"
+    assert _cpuinfo_fields(x86) == ("AMD EPYC 7B13", frozenset({"fpu", "avx2", "fma"}))
+    arm = "processor\t: 0\nFeatures\t: fp asimd sve bf16\nCPU part\t: 0xd40\n"
+    assert _cpuinfo_fields(arm)[1] == frozenset({"fp", "asimd", "sve", "bf16"})
+
+
+def test_this_cpu_is_described():
+    cpu = cpu_info()
+    assert cpu.usable_cores >= 1 and cpu.model_name and cpu.isa
+    assert AMX_XEON.isa.startswith("AMX") and AVX2_EPYC.isa == "AVX2 FMA"
