@@ -17,9 +17,12 @@ import time
 import pytest
 
 from tests.fakes.cell import REPO_ROOT, AdminProcess, free_port, wait_until
+from tests.fakes.tls import tls_flags
 from tests.integration.cell_processes import (
     ModelServerProcess,
     Traffic,
+    cell_credentials,
+    cell_tls,
     child_env,
     client_for,
     run_cli,
@@ -54,7 +57,7 @@ class GroupWorker:
 def cell(tmp_path_factory):
     root = f"file://{tmp_path_factory.mktemp('root')}"
     group_port = free_port()
-    admin = AdminProcess(root, CELL).start()
+    admin = AdminProcess(root, CELL, extra_args=tuple(tls_flags(cell_tls()))).start()
     admin.wait_leader()
     single = ModelServerProcess(root, CELL)
     leader = ModelServerProcess(root, CELL)
@@ -75,7 +78,7 @@ def cell(tmp_path_factory):
 def admin_client(root: str):
     from tenor.client.admin_client import AdminClient
 
-    return AdminClient(root, CELL, timeout_s=30)
+    return AdminClient(root, CELL, timeout_s=30, credentials=cell_credentials())
 
 
 def test_spmd_model_lands_on_the_group_and_generates(cell):
