@@ -1,7 +1,8 @@
 """Load time and single-stream decode speed of the default model: tenor vs HF transformers,
-in the same run, in bfloat16 and float32. Prints a table and writes JSON.
+in the same run, for each tenor precision (DTYPE/QUANTIZE) against HF in the same activation dtype.
+Prints a table and writes JSON.
 
-    python benchmarks/decode.py [--tokens 64] [--repeats 3] [--json-out out.json]
+    python benchmarks/decode.py [--tokens 64] [--repeats 3] [--precisions float32/int8,...] [--json-out out.json]
 
 Each system loads the same GGUF. tenor runs through its engine (one request, greedy);
 HF runs model.generate with a static cache off. Figures are medians over --repeats runs.
@@ -20,13 +21,13 @@ import torch
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 
-def bench_tenor(dtype: str, tokens: int, repeats: int) -> dict:
+def bench_tenor(dtype: str, quantize: str, tokens: int, repeats: int) -> dict:
     from tenor import registry
     from tenor.engine.api import GenerateRequest, SamplingParams
     from tenor.engine.factory import EngineOptions
     from tenor.engine.llm_engine import LLMEngine
 
-    servable = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype=dtype)
+    servable = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype=dtype, quantize=quantize)
 
     async def main() -> dict:
         start = time.perf_counter()
@@ -80,21 +81,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--precisions", default="float32/int8,float32/fp16,float32/none,bfloat16/none",
+                        help="tenor's DTYPE/QUANTIZE pairs; HF runs once per activation dtype")
     parser.add_argument("--json-out")
     args = parser.parse_args()
+    from tenor.hardware import cpu_info
+
     results = {}
-    for dtype in args.dtypes.split(","):
-        results[f"tenor/{dtype}"] = bench_tenor(dtype, args.tokens, args.repeats)
-        results[f"hf/{dtype}"] = bench_hf(dtype, args.tokens, args.repeats)
-    print(f"{'system':<18}{'load s':>8}{'decode tok/s':>14}{'vs HF':>8}")
+    for precision in args.precisions.split(","):
+        dtype, _, quantize = precision.partition("/")
+        results[f"tenor/{precision}"] = bench_tenor(dtype, quantize or "auto", args.tokens, args.repeats)
+        if f"hf/{dtype}" not in results:
+            results[f"hf/{dtype}"] = bench_hf(dtype, args.tokens, args.repeats)
+    cpu = cpu_info()
+    print(f"single-stream decode, CPU {cpu.model_name} ({cpu.isa}), {torch.get_num_threads()} threads")
+    print(f"{'system':<24}{'load s':>8}{'decode tok/s':>14}{'vs HF':>8}")
     for name, r in results.items():
         hf = results["hf/" + name.split("/")[1]]["decode_tok_s"]
-        print(f"{name:<18}{r['load_s']:>8.2f}{r['decode_tok_s']:>14.1f}{r['decode_tok_s'] / hf:>7.2f}x")
+        print(f"{name:<24}{r['load_s']:>8.2f}{r['decode_tok_s']:>14.1f}{r['decode_tok_s'] / hf:>7.2f}x")
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"tokens": args.tokens, "repeats": args.repeats, "torch_threads": torch.get_num_threads(),
-                       "results": results}, f, indent=2)
+                       "cpu": cpu.model_name, "isa": cpu.isa, "results": results}, f, indent=2)
 
 
 if __name__ == "__main__":

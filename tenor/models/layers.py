@@ -214,11 +214,12 @@ class PagedKVCache:
 
 def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: AttentionBatch) -> torch.Tensor:
     """q: [B, H, E] for the decode tokens -> [B, H, E], each over its own sequence's blocks."""
-    if batch.native and not cache.quantized and q.dtype == torch.float32 and batch.decode_lengths is not None:
+    if batch.native and q.dtype == torch.float32 and batch.decode_lengths is not None:
         # Reads the blocks in place: no gathered copy of every context.
+        scales = (cache.scales[layer, 0], cache.scales[layer, 1]) if cache.quantized else (None, None)
         return native.paged_decode_attention(q, cache.kv[layer, 0], cache.kv[layer, 1], batch.decode_blocks,
                                              batch.decode_lengths, cache.block_size, batch.decode_span,
-                                             cache.native_scratch)
+                                             cache.native_scratch, *scales)
     nd, num_heads, dim = q.shape
     num_kv = cache.num_kv_heads
     group = num_heads // num_kv

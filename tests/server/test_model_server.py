@@ -109,7 +109,7 @@ def test_load_shows_loading_then_loaded_and_serves():
 
 def test_jetstreams_orchestrator_serves_the_one_loaded_model():
     async def body():
-        async with model_server() as server, grpc.aio.insecure_channel(server.address) as channel:
+        async with model_server() as server, server.access.aio_channel(server.address) as channel:
             modelet, jetstream = modelet_pb2_grpc.ModeletStub(channel), jetstream_pb2_grpc.OrchestratorStub(channel)
             before = await jetstream.HealthCheck(jetstream_pb2.HealthCheckRequest())
             decode = jetstream_pb2.DecodeRequest(max_tokens=3,
