@@ -71,6 +71,7 @@ class LLMEngine:
         self._last_progress = time.monotonic()
         self._prompt_tokens = 0
         self._generated_tokens = 0
+        self._group = None  # tenor.dist.leader.GroupLeader when leading a model-server group
         self._runtime: RuntimeInfo | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -100,7 +101,9 @@ class LLMEngine:
         self.tokenizer = loaded.tokenizer
         self._vocab_size = cfg.vocab_size
         self._eos = tuple(sorted(set(cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids)))
-        per_slot = kv_bytes_per_token(cfg, str(loaded.dtype), self._options.quantize_kv_cache)
+        kv_heads = loaded.cache_kv_heads or cfg.num_kv_heads  # a group rank caches only its heads
+        per_slot = kv_bytes_per_token(cfg, str(loaded.dtype), self._options.quantize_kv_cache) \
+            // cfg.num_kv_heads * kv_heads  # linear in the KV heads
         budget = self._options.kv_cache_bytes or default_kv_cache_bytes(
             self.servable.max_batch_size, self.servable.max_target_length, per_slot)
         num_blocks = max(budget // (per_slot * BLOCK_SIZE), 1)
@@ -110,8 +113,11 @@ class LLMEngine:
                 f"max_target_length ({self.servable.max_target_length})"
             )
         self.kv_cache_bytes = num_blocks * BLOCK_SIZE * per_slot
-        cache = PagedKVCache(cfg.num_layers, num_blocks, BLOCK_SIZE, cfg.num_kv_heads, cfg.head_dim,
+        cache = PagedKVCache(cfg.num_layers, num_blocks, BLOCK_SIZE, kv_heads, cfg.head_dim,
                              loaded.dtype, quantized=self._options.quantize_kv_cache)
+        self._group = loaded.group
+        if self._group is not None:
+            self._group.allocate_cache(num_blocks, BLOCK_SIZE, self._options.quantize_kv_cache)
         self._blocks = BlockManager(num_blocks, BLOCK_SIZE)
         batched = max(self._options.max_num_batched_tokens, self.servable.max_batch_size)
         self._scheduler = Scheduler(SchedulerConfig(self.servable.max_batch_size, batched), self._blocks)
@@ -141,6 +147,8 @@ class LLMEngine:
             await asyncio.to_thread(self._thread.join, 5.0)
 
     def health(self) -> HealthState:
+        if self._group is not None and self._group.broken:
+            return HealthState.DEGRADED
         if self._state is HealthState.READY:
             if self._thread is None or not self._thread.is_alive():
                 return HealthState.STUCK
@@ -177,6 +185,8 @@ class LLMEngine:
         return self._stream(state)
 
     def _admit_check(self, num_prompt_tokens: int, sampling: SamplingParams) -> None:
+        if self.health() is HealthState.DEGRADED:
+            raise EngineUnavailableError("engine is degraded: a rank of its model-server group is missing")
         if self._state is not HealthState.READY:
             raise EngineUnavailableError(f"engine is {self._state.value}")
         self.limits.check(num_prompt_tokens, sampling)
@@ -248,12 +258,16 @@ class LLMEngine:
     def _run(self, loop: asyncio.AbstractEventLoop, loaded: asyncio.Future) -> None:
         try:
             threads = configure_threads()
-            self._setup(load_model(self.servable, self._checkpoint), threads)
+            self._setup(load_model(self.servable, self._checkpoint, self._options.group), threads)
         except BaseException as exc:  # reported to start()'s caller
             loop.call_soon_threadsafe(_settle, loaded, exc)
             return
         loop.call_soon_threadsafe(_settle, loaded, None)
-        self._loop()
+        try:
+            self._loop()
+        finally:
+            if self._group is not None:  # the workers drop their shard; the group's owner stops them
+                self._group.unload()
 
     def _loop(self) -> None:
         torch.set_grad_enabled(False)
@@ -267,7 +281,8 @@ class LLMEngine:
             try:
                 self._step()
             except Exception as exc:  # a bug or OOM: fail the step's requests, keep serving
-                log.exception("engine step failed")
+                if self._group is None or not self._group.broken:  # a broken group logged itself
+                    log.exception("engine step failed")
                 self._fail_all(exc)
             self._last_progress = time.monotonic()
 

@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from tenor.auth.channels import CellAccess, CellCredentials, open_access
+from tenor.dist.spec import GroupSpec
 from tenor.engine.api import HealthState
 from tenor.server.http.connection_limits import ConnectionLimits
 from tenor.errors import UserError
@@ -54,6 +55,7 @@ class ModelServerConfig:
     drain_timeout_s: float = 5.0  # requests in flight get this long when a model is unloaded
     credentials: CellCredentials = field(default_factory=CellCredentials)
     http_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    group: GroupSpec | None = None  # rank 0 of a model-server group: models are sharded over its ranks
 
     def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:
@@ -142,6 +144,7 @@ class ModelServer:
             memory_bytes=self.config.memory_bytes or machine_memory_bytes(),
             tags=list(self.config.tags),
             servable_configs=list(self.config.servable_configs),
+            group_size=self.config.group.size if self.config.group else 1,
         )
         self._join = JoinLoop(
             self.config.root, self.config.cell, self.address, self.http_address, spec, rejoin_s=self.config.rejoin_s,
@@ -197,7 +200,10 @@ class HttpFace:
                 m.status == Status.LOADED and m.engine is not None and m.engine.health() is HealthState.READY
                 for m in table.models()
             )
-            return JSONResponse({"is_live": live, "models": models}, status_code=200 if live else 503)
+            body = {"is_live": live, "models": models}
+            if any(m.engine is not None and m.engine.health() is HealthState.DEGRADED for m in table.models()):
+                body["state"] = HealthState.DEGRADED.value  # a rank of this model-server group is missing
+            return JSONResponse(body, status_code=200 if live else 503)
 
         @self.app.get("/metrics", include_in_schema=False)
         async def metrics() -> Response:
@@ -265,13 +271,20 @@ class _TableCollector(Collector):
         yield from (status, queue, running, latency, ok, failed)
 
 
-def serve(config: ModelServerConfig) -> None:
-    """Runs a model server until SIGTERM or SIGINT."""
-    asyncio.run(_serve(config))
+def serve(config: ModelServerConfig) -> int:
+    """Runs a model server until SIGTERM or SIGINT (0), or until its group loses a rank (1)."""
+    return asyncio.run(_serve(config))
 
 
-async def _serve(config: ModelServerConfig) -> None:
-    server = ModelServer(config)
+async def _serve(config: ModelServerConfig) -> int:
+    leader = None
+    if config.group is not None:  # form the group first: the cell hears of it only once whole
+        from tenor.dist.group_server import form_group_table
+
+        leader, table = await form_group_table(config)
+        server = ModelServer(config, table)
+    else:
+        server = ModelServer(config)
     try:
         await server.start()
     except BaseException:
@@ -284,9 +297,21 @@ async def _serve(config: ModelServerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopped.set)
     log_task = asyncio.create_task(_log_changes(server.table))
+    watch = None
+    if leader is not None:
+        from tenor.dist.group_server import watch_group
+
+        watch = asyncio.create_task(watch_group(leader, stopped))
     await stopped.wait()
     log_task.cancel()
-    await server.stop()
+    await server.stop()  # leaves the cell, fails what is in flight, stops engines
+    if leader is not None:
+        await asyncio.to_thread(leader.stop)
+        if leader.broken:
+            return 1  # a rank was lost: the admin re-places the replica, LWS re-creates the group
+    if watch is not None:
+        watch.cancel()
+    return 0
 
 
 async def _log_changes(table: ModelTable, every_s: float = 0.2) -> None:

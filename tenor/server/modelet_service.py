@@ -16,7 +16,7 @@ from typing import Callable, Mapping
 import grpc
 
 from tenor import registry
-from tenor.engine.api import Engine, EngineUnavailableError
+from tenor.engine.api import Engine, EngineUnavailableError, HealthState
 from tenor.engine.factory import EngineOptions, create_engine
 from tenor.errors import UserError
 from tenor.proto import common_pb2, modelet_pb2, modelet_pb2_grpc
@@ -205,12 +205,15 @@ def _one_line(exc: BaseException) -> str:
 
 def model_state(served: ServedModel) -> modelet_pb2.ModelState:
     stats = served.engine.stats() if served.engine is not None and served.status == Status.LOADED else None
+    reason = served.failure_reason
+    if served.engine is not None and served.engine.health() is HealthState.DEGRADED:
+        reason = "degraded: a rank of this model-server group is missing"
     return modelet_pb2.ModelState(
         model_name=served.name,
         config_name=served.spec.config_name,
         checkpoint=served.spec.checkpoint or "",
         status=served.status,
-        failure_reason=served.failure_reason,
+        failure_reason=reason,
         queue_depth=stats.num_waiting if stats else 0,
         running=stats.num_running if stats else 0,
         latency_p50_ms=served.latency.percentile_ms(50),
