@@ -34,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="seconds between Joins to the admin (default 2)")
     serve.add_argument("--drain-timeout", type=float, default=5.0, metavar="S",
                        help="seconds in-flight requests get when a model is unloaded (default 5)")
+    serve.add_argument("--prefill-from", default="", metavar="HOST:PORT,...",
+                       help="decode role: prefill prompts on these model servers and decode here "
+                            "(disaggregated serving; default: prefill locally)")
     serve.set_defaults(func=_serve)
 
 
@@ -48,6 +51,15 @@ def parse_size(text: str) -> int:
 
 def _split(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _prefill_targets(text: str) -> tuple[str, ...]:
+    targets = _split(text)
+    for target in targets:
+        host, _, port = target.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UserError(f"bad --prefill-from address {target!r}: use HOST:PORT")
+    return targets
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -72,6 +84,7 @@ def _serve(args: argparse.Namespace) -> int:
         servable_configs=configs,
         rejoin_s=args.rejoin_interval,
         drain_timeout_s=args.drain_timeout,
+        prefill_targets=_prefill_targets(args.prefill_from),
     )
     # tenor's own lines (model status changes) at INFO; libraries (httpx to etcd...) only when they warn.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

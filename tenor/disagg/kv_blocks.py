@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable, Iterator
-
-import torch
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from tenor.proto import kv_transfer_pb2 as pb
 
+if TYPE_CHECKING:
+    import torch
+
 CHUNK_BYTES = 1 << 20  # bounded messages: gRPC's flow control paces them
-_DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.int8)}
+_DTYPE_NAMES = ("float32", "bfloat16", "float16", "int8")  # torch is imported only when bytes move
 
 
 class TransferError(Exception):
@@ -43,6 +44,8 @@ class KVBlocks:
 
 
 def _raw(tensor: torch.Tensor) -> memoryview:
+    import torch
+
     return memoryview(tensor.contiguous().view(torch.uint8).reshape(-1).numpy())
 
 
@@ -67,12 +70,16 @@ def encode(blocks: KVBlocks, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.KVCh
 
 
 def _dtype(name: str) -> torch.dtype:
-    if name not in _DTYPES:
+    import torch
+
+    if name not in _DTYPE_NAMES:
         raise TransferError(f"KV header names an unknown dtype {name!r}")
-    return _DTYPES[name]
+    return getattr(torch, name)
 
 
 def _nbytes(shape: list[int], dtype: torch.dtype) -> int:
+    import torch
+
     count = 1
     for dim in shape:
         count *= dim
@@ -80,6 +87,8 @@ def _nbytes(shape: list[int], dtype: torch.dtype) -> int:
 
 
 def _tensor(buffer: bytearray, offset: int, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+    import torch
+
     size = _nbytes(shape, dtype)
     flat = torch.frombuffer(buffer, dtype=torch.uint8, count=size, offset=offset) if size else torch.empty(0, dtype=torch.uint8)
     return flat.view(dtype).reshape(shape).clone()

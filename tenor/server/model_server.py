@@ -49,6 +49,7 @@ class ModelServerConfig:
     servable_configs: tuple[str, ...] = ()  # registry names offered; empty: all
     rejoin_s: float = 2.0
     drain_timeout_s: float = 5.0  # requests in flight get this long when a model is unloaded
+    prefill_targets: tuple[str, ...] = ()  # decode role: prefill on these replicas (tenor.disagg)
 
     def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:
@@ -92,7 +93,13 @@ def advertised(host: str, port: int) -> str:
 class ModelServer:
     def __init__(self, config: ModelServerConfig, table: ModelTable | None = None) -> None:
         self.config = config
-        self.table = table or ModelTable(drain_timeout_s=config.drain_timeout_s)
+        self._decode_role = None
+        if config.prefill_targets:
+            from tenor.disagg.roles import DecodeRole
+
+            self._decode_role = DecodeRole(config.prefill_targets)
+        wrap = self._decode_role.wrap if self._decode_role else None
+        self.table = table or ModelTable(drain_timeout_s=config.drain_timeout_s, wrap_engine=wrap)
         self.address = ""
         self.http_address = ""
         self._grpc: grpc.aio.Server | None = None
@@ -105,6 +112,9 @@ class ModelServer:
         self._grpc = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         lm_pb2_grpc.add_LMServiceServicer_to_server(LMService(self.table), self._grpc)
         modelet_pb2_grpc.add_ModeletServicer_to_server(ModeletService(self.table), self._grpc)
+        from tenor.disagg.roles import add_prefill_service
+
+        self.kv_transfer_service = add_prefill_service(self._grpc, self.table)
         if self.config.port:
             bound_socket(self.config.host, self.config.port).close()  # a clear error for a taken port
         try:
@@ -152,6 +162,8 @@ class ModelServer:
             self._http.should_exit = True
             await asyncio.wait({self._http_task}, timeout=5)
         await self.table.close()
+        if self._decode_role is not None:
+            await self._decode_role.close()
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
 

@@ -1,0 +1,49 @@
+"""What a model server adds for disaggregated serving, by role.
+
+Every model server answers KVTransfer.Prefill (so any replica can prefill for a decode
+replica). A decode replica (`prefill_targets` given) also wraps each engine it loads in a
+DecodeEngine that prefills on those targets, least loaded first.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import grpc
+
+from tenor.disagg.decode_engine import DecodeEngine
+from tenor.disagg.remote_prefill import RemotePrefill, RemotePrefillConfig
+from tenor.disagg.transfer import GrpcKVTransfer, KVTransferService
+from tenor.proto import kv_transfer_pb2_grpc
+from tenor.server.lm_service import ModelLookup
+
+ROLES = ("both", "prefill", "decode")
+
+
+def add_prefill_service(server: grpc.aio.Server, models: ModelLookup) -> KVTransferService:
+    service = KVTransferService(models)
+    kv_transfer_pb2_grpc.add_KVTransferServicer_to_server(service, server)
+    return service
+
+
+class DecodeRole:
+    """The decode side's shared transfer and per-model wrapping."""
+
+    def __init__(self, prefill_targets: tuple[str, ...], config: RemotePrefillConfig = RemotePrefillConfig()) -> None:
+        if not prefill_targets:
+            raise ValueError("a decode replica needs at least one prefill replica address")
+        self.transfer = GrpcKVTransfer()
+        self._targets = list(prefill_targets)
+        self._config = config
+        self.remotes: dict[str, RemotePrefill] = {}
+
+    def wrap(self, model_key: str, engine) -> DecodeEngine:
+        remote = self.remotes[model_key] = RemotePrefill(self.transfer, lambda: self._targets, self._config)
+        block_size = engine._blocks.block_size if hasattr(engine, "_blocks") else 16
+        return DecodeEngine(engine, model_key, remote, block_size)
+
+    def wrapper(self) -> Callable[[str, object], DecodeEngine]:
+        return self.wrap
+
+    async def close(self) -> None:
+        await self.transfer.close()
