@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import bisect
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,7 @@ from tenor.proto import kv_transfer_pb2_grpc as pb_grpc
 from tenor.server.lm_service import ModelLookup, ModelNotServedError
 
 DEFAULT_MAX_TRANSFER_BYTES = 1 << 30
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # A test hook: rewrites the chunk stream (corrupt, truncate, stall) on the side it is given to.
 ChunkFault = Callable[[Iterator[pb.KVChunk]], Iterator[pb.KVChunk]]
 
@@ -43,7 +45,8 @@ class TransferStats:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self.latencies_s: list[float] = []  # drained by the metrics collector
+        self.latency_counts = [0] * (len(LATENCY_BUCKETS_S) + 1)  # per bucket, the last is +Inf
+        self.latency_sum_s = 0.0
 
     def record(self, ok: bool, blocks: KVBlocks | None, seconds: float) -> None:
         with self._lock:
@@ -51,7 +54,8 @@ class TransferStats:
                 self.transfers_ok += 1
                 self.bytes_received += blocks.num_bytes
                 self.blocks_received += blocks.num_blocks
-                self.latencies_s.append(seconds)
+                self.latency_counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
+                self.latency_sum_s += seconds
             else:
                 self.transfers_failed += 1
 

@@ -148,7 +148,11 @@ class ModelServer:
 
         sock = bound_socket(self.config.host, self.config.http_port or 0)
         self.http_address = advertised(self.config.host, sock.getsockname()[1])
-        config = uvicorn.Config(build_face(self.table), log_level="warning", lifespan="off")
+        face = build_face(self.table)
+        from tenor.disagg.metrics import DisaggCollector
+
+        face.add_collector(DisaggCollector(self.kv_transfer_service, self._decode_role))
+        config = uvicorn.Config(face, log_level="warning", lifespan="off")
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
         while not self._http.started and not self._http_task.done():
@@ -196,6 +200,9 @@ class HttpFace:
             return Response(generate_latest(self._registry), media_type=CONTENT_TYPE_LATEST)
 
         self._base_routes = list(self.app.router.routes)
+
+    def add_collector(self, collector: Collector) -> None:
+        self._registry.register(collector)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
