@@ -25,6 +25,9 @@ class DecodeEngine:
         return getattr(self._inner, name)
 
     def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]:
-        # Bad input fails here, before any transfer, as the Engine contract asks.
-        self._inner.limits.check(len(request.prompt_token_ids), request.sampling)
+        # Bad input and a full queue fail here, before any transfer, as the Engine contract asks.
+        if hasattr(self._inner, "check_admission"):
+            self._inner.check_admission(request)
+        else:
+            self._inner.limits.check(len(request.prompt_token_ids), request.sampling)
         return self.remote.generate(self._inner, self.model_key, request, self._block_size)

@@ -164,6 +164,12 @@ class LLMEngine:
         return self._stream(state)
 
     # ---- disaggregated serving -------------------------------------------------------
+    def check_admission(self, request: GenerateRequest) -> None:
+        """What `generate` checks before queueing (state, limits, bounded queue, token ids), so a
+        decode replica can refuse a request before asking a prefill replica for its blocks."""
+        self._admit_check(len(request.prompt_token_ids), request.sampling)
+        self._check_token_ids(request.prompt_token_ids)
+
     def held_prefix_blocks(self, prompt_token_ids: Seq[int]) -> int:
         """Leading full prompt blocks in this engine's prefix cache: a prefill server skips them."""
         return held_prefix_blocks(self._blocks, prompt_token_ids)

@@ -161,3 +161,35 @@ def test_prefill_server_refuses_bad_input():
     codes, ok = asyncio.run(main())
     assert codes == [grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INVALID_ARGUMENT]
     assert ok[0].WhichOneof("part") == "header"  # still serving after the bad requests
+
+
+def test_decode_engine_refuses_bad_input_and_overload_before_any_transfer():
+    from tenor.disagg.decode_engine import DecodeEngine
+    from tenor.engine.api import InvalidRequestError, OverloadedError
+
+    class NoTransfer(GrpcKVTransfer):
+        async def fetch(self, *args, **kwargs):
+            raise AssertionError("no transfer may start for a refused request")
+
+    async def main():
+        engine = LLMEngine(TINY, None, EngineOptions(warmup=False, max_waiting=0))
+        await engine.start()
+        decoder = DecodeEngine(engine, KEY, RemotePrefill(NoTransfer(), lambda: ["127.0.0.1:1"]), BLOCK_SIZE)
+        errors = []
+        for prompt in ((99999,) * 20, tuple(range(3, 300))):
+            try:
+                decoder.generate(GenerateRequest("r", prompt, SamplingParams(max_tokens=4)))
+            except InvalidRequestError as exc:
+                errors.append(type(exc).__name__)
+        streams = [engine.generate(GenerateRequest(f"r{i}", (5, 6, 7), SamplingParams(max_tokens=50, ignore_eos=True)))
+                   for i in range(TINY.max_batch_size)]
+        try:
+            decoder.generate(GenerateRequest("r", PROMPT, SamplingParams(max_tokens=4)))
+        except OverloadedError as exc:
+            errors.append(type(exc).__name__)
+        for stream in streams:
+            await stream.aclose()
+        await engine.stop()
+        return errors
+
+    assert asyncio.run(main()) == ["InvalidRequestError", "InvalidRequestError", "OverloadedError"]
