@@ -8,7 +8,7 @@ fetches the prompt's KV blocks through RemotePrefill, then decodes locally. Ever
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from tenor.disagg.remote_prefill import RemotePrefill
 from tenor.engine.api import GenerateRequest, RequestOutput

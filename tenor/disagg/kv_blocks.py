@@ -8,8 +8,9 @@ catch a corrupted or truncated transfer before anything reaches a cache. Never p
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from tenor.proto import kv_transfer_pb2 as pb
 

@@ -4,9 +4,14 @@ and how its requests were prefilled (remotely, retried, locally, blocks skipped)
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from tenor.disagg.transfer import LATENCY_BUCKETS_S, KVTransferService

@@ -11,12 +11,17 @@ logprobs and cancellation are the engine's as in interleaved mode.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
 
 from tenor.disagg.kv_blocks import KVBlocks, TransferError
 from tenor.disagg.transfer import KVTransfer
-from tenor.engine.api import EngineUnavailableError, GenerateRequest, OverloadedError, RequestOutput
+from tenor.engine.api import (
+    EngineUnavailableError,
+    GenerateRequest,
+    OverloadedError,
+    RequestOutput,
+)
 
 log = logging.getLogger(__name__)
 

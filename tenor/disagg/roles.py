@@ -7,8 +7,6 @@ DecodeEngine that prefills on those targets, least loaded first.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import grpc
 
 from tenor.disagg.decode_engine import DecodeEngine
@@ -16,8 +14,6 @@ from tenor.disagg.remote_prefill import RemotePrefill, RemotePrefillConfig
 from tenor.disagg.transfer import GrpcKVTransfer, KVTransferService
 from tenor.proto import kv_transfer_pb2_grpc
 from tenor.server.lm_service import ModelLookup
-
-ROLES = ("both", "prefill", "decode")
 
 
 def add_prefill_service(server: grpc.aio.Server, models: ModelLookup) -> KVTransferService:
@@ -37,13 +33,11 @@ class DecodeRole:
         self._config = config
         self.remotes: dict[str, RemotePrefill] = {}
 
-    def wrap(self, model_key: str, engine) -> DecodeEngine:
+    def wrap(self, model_key: str, engine):
+        if not hasattr(engine, "held_prefix_blocks"):
+            return engine  # an engine that cannot take KV blocks (a mock) prefills locally
         remote = self.remotes[model_key] = RemotePrefill(self.transfer, lambda: self._targets, self._config)
-        block_size = engine._blocks.block_size if hasattr(engine, "_blocks") else 16
-        return DecodeEngine(engine, model_key, remote, block_size)
-
-    def wrapper(self) -> Callable[[str, object], DecodeEngine]:
-        return self.wrap
+        return DecodeEngine(engine, model_key, remote, engine.kv_block_size)
 
     async def close(self) -> None:
         await self.transfer.close()

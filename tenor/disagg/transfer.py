@@ -15,14 +15,19 @@ import asyncio
 import bisect
 import threading
 import time
+from collections.abc import Callable, Iterator
+from collections.abc import Sequence as Seq
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence as Seq
 
 import grpc
 
 from tenor.disagg.kv_blocks import KVBlocks, TransferError, decode, encode
-from tenor.engine.api import EngineUnavailableError, InvalidRequestError, OverloadedError
+from tenor.engine.api import (
+    EngineUnavailableError,
+    InvalidRequestError,
+    OverloadedError,
+)
 from tenor.proto import kv_transfer_pb2 as pb
 from tenor.proto import kv_transfer_pb2_grpc as pb_grpc
 from tenor.server.lm_service import ModelLookup, ModelNotServedError

@@ -11,7 +11,7 @@ engine's step thread, between steps.
 from __future__ import annotations
 
 import logging
-from typing import Sequence as Seq
+from collections.abc import Sequence as Seq
 
 from tenor.disagg.kv_blocks import KVBlocks
 from tenor.engine.block_manager import ROOT_KEY, BlockManager, block_key

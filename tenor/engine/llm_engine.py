@@ -170,6 +170,10 @@ class LLMEngine:
         self._admit_check(len(request.prompt_token_ids), request.sampling)
         self._check_token_ids(request.prompt_token_ids)
 
+    @property
+    def kv_block_size(self) -> int:
+        return self._blocks.block_size
+
     def held_prefix_blocks(self, prompt_token_ids: Seq[int]) -> int:
         """Leading full prompt blocks in this engine's prefix cache: a prefill server skips them."""
         return held_prefix_blocks(self._blocks, prompt_token_ids)

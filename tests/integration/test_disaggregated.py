@@ -11,9 +11,14 @@ import threading
 import grpc
 import httpx
 
-from tests.fakes.cell import free_port, wait_until
-from tests.integration.cell_processes import CONFIG, ModelServerProcess, run_cli, running_cell
 from tenor.proto import lm_pb2, lm_pb2_grpc
+from tests.fakes.cell import free_port, wait_until
+from tests.integration.cell_processes import (
+    CONFIG,
+    ModelServerProcess,
+    run_cli,
+    running_cell,
+)
 
 CELL = "/tenor/disagg"
 MODEL = f"{CELL}/lm"
