@@ -53,6 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="seconds a collective may wait for a peer before the group counts as broken (default 10)")
     serve.add_argument("--group-join-timeout", type=float, default=300.0, metavar="S",
                        help="seconds to wait for every rank to join and load (default 300)")
+    serve.add_argument("--prefill-from", default="", metavar="HOST:PORT,...",
+                       help="decode role: prefill prompts on these model servers and decode here "
+                            "(disaggregated serving; default: prefill locally)")
     serve.set_defaults(func=_serve)
 
 
@@ -76,6 +79,15 @@ def _memory(text: str, group_size: int) -> int:
 
 def _split(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _prefill_targets(text: str) -> tuple[str, ...]:
+    targets = _split(text)
+    for target in targets:
+        host, _, port = target.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UserError(f"bad --prefill-from address {target!r}: use HOST:PORT")
+    return targets
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -115,6 +127,7 @@ def _serve(args: argparse.Namespace) -> int:
         credentials=credentials_from(args),
         http_limits=connection_limits_from(args),
         group=group,
+        prefill_targets=_prefill_targets(args.prefill_from),
     )
     # tenor's own lines (model status changes) at INFO; libraries (httpx to etcd...) only when they warn.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

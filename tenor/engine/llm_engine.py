@@ -32,6 +32,7 @@ from tenor.engine.api import (
     SamplingParams,
 )
 from tenor.engine.block_manager import BlockManager
+from tenor.engine.kv_handoff import export_prompt_blocks, held_prefix_blocks, import_prompt_blocks
 from tenor.engine.model_loader import LoadedModel, load_model
 from tenor.engine.options import EngineOptions
 from tenor.engine.request_state import RequestState
@@ -172,17 +173,51 @@ class LLMEngine:
         )
 
     # ---- requests --------------------------------------------------------------------
-    def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]:
-        return self._submit(request, check=True)
+    def generate(self, request: GenerateRequest, incoming_kv=None) -> AsyncIterator[RequestOutput]:
+        """`incoming_kv`: the prompt's blocks prefilled elsewhere (a KVBlocks), imported first."""
+        return self._submit(request, check=True, incoming_kv=incoming_kv)
 
-    def _submit(self, request: GenerateRequest, check: bool) -> AsyncIterator[RequestOutput]:
+    def _submit(self, request: GenerateRequest, check: bool, incoming_kv=None) -> AsyncIterator[RequestOutput]:
         if check:
             self._admit_check(len(request.prompt_token_ids), request.sampling)
             self._check_token_ids(request.prompt_token_ids)
         state = RequestState(request, asyncio.get_running_loop(), self.tokenizer, self._eos,
                              self.limits.max_target_length)
+        state.incoming_kv = incoming_kv
         self._enqueue(state)
         return self._stream(state)
+
+    # ---- disaggregated serving -------------------------------------------------------
+    def check_admission(self, request: GenerateRequest) -> None:
+        """What `generate` checks before queueing (state, limits, bounded queue, token ids), so a
+        decode replica can refuse a request before asking a prefill replica for its blocks."""
+        self._admit_check(len(request.prompt_token_ids), request.sampling)
+        self._check_token_ids(request.prompt_token_ids)
+
+    @property
+    def kv_block_size(self) -> int:
+        return self._blocks.block_size
+
+    def held_prefix_blocks(self, prompt_token_ids: Seq[int]) -> int:
+        """Leading full prompt blocks in this engine's prefix cache: a prefill server skips them."""
+        return held_prefix_blocks(self._blocks, prompt_token_ids)
+
+    async def prefill_export(self, prompt_token_ids: Seq[int], skip_blocks: int = 0):
+        """Prefills the prompt alone and returns its full KV blocks from `skip_blocks` on (a
+        KVBlocks); the blocks stay pinned by the request until copied out, then are freed."""
+        self._admit_check(len(prompt_token_ids), SamplingParams(max_tokens=1))
+        self._check_token_ids(prompt_token_ids)
+        request = GenerateRequest(f"prefill-{next(_request_ids)}", tuple(prompt_token_ids),
+                                  SamplingParams(max_tokens=1, ignore_eos=True))
+        state = RequestState(request, asyncio.get_running_loop(), self.tokenizer, self._eos,
+                             self.limits.max_target_length)
+        state.export_skip_blocks = skip_blocks
+        self._enqueue(state)
+        async for _ in self._stream(state):
+            pass
+        if state.exported is None:
+            raise EngineUnavailableError("the prefill was aborted before its KV blocks were exported")
+        return state.exported
 
     def _admit_check(self, num_prompt_tokens: int, sampling: SamplingParams) -> None:
         if self.health() is HealthState.DEGRADED:
@@ -292,6 +327,8 @@ class LLMEngine:
             aborts, self._aborts = self._aborts, []
         for state in inbox:
             self._requests[state.key] = state
+            if state.incoming_kv is not None:
+                self._import_kv(state)
             for seq in state.seqs:
                 self._scheduler.add(seq)
             self._prompt_tokens += len(state.request.prompt_token_ids)
@@ -330,6 +367,8 @@ class LLMEngine:
             for state, seq, pick in zip(states, sample_seqs, picks):
                 self._generated_tokens += 1
                 if state.add_token(seq, pick):
+                    if state.export_skip_blocks is not None:
+                        state.exported = export_prompt_blocks(self._runner.cache, seq, state.export_skip_blocks)
                     self._scheduler.finish(seq)
         for state in touched.values():
             if state.finished:  # retire first, so stats never count a request already answered
@@ -339,9 +378,19 @@ class LLMEngine:
     def _retire(self, state: RequestState) -> None:
         for seq in state.seqs:
             self._scheduler.finish(seq)
+        self._blocks.release(state.pinned_blocks)
+        state.pinned_blocks = []
         self._requests.pop(state.key, None)
         with self._lock:
             self._in_flight -= 1
+
+    def _import_kv(self, state: RequestState) -> None:
+        incoming, state.incoming_kv = state.incoming_kv, None
+        try:
+            state.pinned_blocks = import_prompt_blocks(self._blocks, self._runner.cache,
+                                                       state.request.prompt_token_ids, incoming)
+        except ValueError as exc:  # unusable blocks: compute the prompt here instead
+            log.warning("discarding received KV blocks: %s", exc)
 
     def _fail_all(self, exc: Exception) -> None:
         for state in list(self._requests.values()):

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from tenor.auth.channels import CellAccess, CellCredentials, open_access
 from tenor.dist.spec import GroupSpec
-from tenor.engine.api import HealthState
+from tenor.engine.api import EngineUnavailableError, HealthState
 from tenor.server.http.connection_limits import ConnectionLimits
 from tenor.errors import UserError
 from tenor.proto import common_pb2, jetstream_pb2_grpc, lm_pb2_grpc, modelet_pb2_grpc
@@ -56,6 +56,7 @@ class ModelServerConfig:
     credentials: CellCredentials = field(default_factory=CellCredentials)
     http_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     group: GroupSpec | None = None  # rank 0 of a model-server group: models are sharded over its ranks
+    prefill_targets: tuple[str, ...] = ()  # decode role: prefill on these replicas (tenor.disagg)
 
     def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:
@@ -99,7 +100,15 @@ def advertised(host: str, port: int) -> str:
 class ModelServer:
     def __init__(self, config: ModelServerConfig, table: ModelTable | None = None) -> None:
         self.config = config
-        self.table = table or ModelTable(drain_timeout_s=config.drain_timeout_s)
+        self._decode_role = None
+        if config.prefill_targets:
+            from tenor.disagg.roles import DecodeRole
+
+            # Dialled after start() has opened the cell access: prefill replicas check the cell token too.
+            self._decode_role = DecodeRole(config.prefill_targets,
+                                           dial=lambda target, options: self._cell_access().channel(target, options))
+        wrap = self._decode_role.wrap if self._decode_role else None
+        self.table = table or ModelTable(drain_timeout_s=config.drain_timeout_s, wrap_engine=wrap)
         self.address = ""
         self.http_address = ""
         self._grpc: grpc.aio.Server | None = None
@@ -107,6 +116,11 @@ class ModelServer:
         self._http_task: asyncio.Task | None = None
         self._join = None  # JoinLoop
         self.access: CellAccess | None = None
+
+    def _cell_access(self) -> CellAccess:
+        if self.access is None:
+            raise EngineUnavailableError("the model server has not started")
+        return self.access
 
     def _open_access(self) -> CellAccess:
         from tenor.admin.naming import parse_cell_name
@@ -124,6 +138,9 @@ class ModelServer:
         lm_pb2_grpc.add_LMServiceServicer_to_server(LMService(self.table), self._grpc)
         modelet_pb2_grpc.add_ModeletServicer_to_server(ModeletService(self.table), self._grpc)
         jetstream_pb2_grpc.add_OrchestratorServicer_to_server(jetstream_orchestrator(self.table), self._grpc)
+        from tenor.disagg.roles import add_prefill_service
+
+        self.kv_transfer_service = add_prefill_service(self._grpc, self.table)
         if self.config.port:
             bound_socket(self.config.host, self.config.port).close()  # a clear error for a taken port
         port = self.access.add_port(self._grpc, f"{self.config.host}:{self.config.port}")
@@ -156,9 +173,12 @@ class ModelServer:
         sock = bound_socket(self.config.host, self.config.http_port or 0)
         self.http_address = advertised(self.config.host, sock.getsockname()[1])
         from tenor.server.http.connection_limits import uvicorn_options
+        from tenor.disagg.metrics import DisaggCollector
 
-        config = uvicorn.Config(build_face(self.table, self.config.http_limits.body_timeout_s), log_level="warning",
-                                lifespan="off", **uvicorn_options(self.config.http_limits))
+        face = build_face(self.table, self.config.http_limits.body_timeout_s)
+        face.add_collector(DisaggCollector(self.kv_transfer_service, self._decode_role))
+        config = uvicorn.Config(face, log_level="warning", lifespan="off",
+                                **uvicorn_options(self.config.http_limits))
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
         while not self._http.started and not self._http_task.done():
@@ -172,6 +192,8 @@ class ModelServer:
             self._http.should_exit = True
             await asyncio.wait({self._http_task}, timeout=5)
         await self.table.close()
+        if self._decode_role is not None:
+            await self._decode_role.close()
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         if self.access is not None:
@@ -210,6 +232,9 @@ class HttpFace:
             return Response(generate_latest(self._registry), media_type=CONTENT_TYPE_LATEST)
 
         self._base_routes = list(self.app.router.routes)
+
+    def add_collector(self, collector: Collector) -> None:
+        self._registry.register(collector)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":

@@ -100,8 +100,10 @@ class ModelTable:
         engine_factory: EngineFactory = create_engine,
         options: EngineOptions = EngineOptions(),
         drain_timeout_s: float = 5.0,
+        wrap_engine: Callable[[str, Engine], Engine] | None = None,
     ) -> None:
         self._engine_factory = engine_factory
+        self._wrap_engine = wrap_engine  # e.g. a decode replica's DecodeEngine (tenor.disagg)
         self._options = options
         self._drain_timeout_s = drain_timeout_s
         self._models: dict[str, ServedModel] = {}
@@ -173,6 +175,8 @@ class ModelTable:
                 self._engine_factory, served.servable, served.spec.checkpoint, self._options
             )
             await served.engine.start()
+            if self._wrap_engine is not None:
+                served.engine = self._wrap_engine(served.name, served.engine)
         except Exception as exc:  # any load failure is the model's, never the server's
             served.status = Status.FAILED
             served.failure_reason = _one_line(exc)
