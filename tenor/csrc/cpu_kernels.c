@@ -10,6 +10,9 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for `rows` rows of `dim`. */
 void tenor_rms_norm_f32(const float *x, const float *w, float *out, int64_t rows, int64_t dim, float eps) {
@@ -125,39 +128,76 @@ void tenor_paged_decode_attention_kv8(const float *q, const int8_t *k, const int
 }
 
 /* out [R, OUT] = x [R, IN] @ W.T (+ bias) for 8-bit weights in blocks of 32 along IN, each block
- * with its own scale and minimum (scales, mins [OUT, IN / 32]): W[o, i] ~= w[o, i] * scale + min,
- * w in 0..255. The layout holds a GGUF Q4_1 block exactly (255 = 15 * 17). For the few rows of a
- * decode step, where a matmul is bound by the bytes of weight it reads: each weight block is
- * read once and applied to every row. IN must be a multiple of 32, R at most 8. */
-void tenor_u8_block_linear_f32(const float *x, const uint8_t *w, const float *scales, const float *mins,
+ * with its own scale and offset (scales, offsets [OUT, IN / 32]): W[o, i] ~= w[o, i] * scale + offset,
+ * w in -128..127. The layout holds a GGUF Q4_1 or Q8_0 block exactly. For the few rows of a decode
+ * step. Each row of x is quantized to int16 per block of 32 first (absmax / 32767 steps: an error
+ * near float32's, where int8 activations as llama.cpp's cost this small model whole greedy tokens),
+ * so a block's product is an integer dot: 16 multiply-adds an instruction with AVX2, where
+ * converting every weight to float costs several. The offsets' share uses the exact float sum of x
+ * over the block. IN must be a multiple of 32, R at most 8. */
+#ifndef __AVX2__
+static float block_dot(const int8_t *w, const int16_t *x) {
+    int32_t dot = 0;
+    for (int i = 0; i < 32; i++) dot += (int32_t)w[i] * (int32_t)x[i];
+    return (float)dot;
+}
+#endif
+
+void tenor_i8_block_linear_f32(const float *x, const int8_t *w, const float *scales, const float *offsets,
                                const float *bias, float *out, int64_t R, int64_t IN, int64_t OUT, int64_t threads) {
     const int64_t nb = IN / 32;
-    float *xsum = malloc(sizeof(float) * R * nb);  /* sum of x over each block: the mins' share */
+    int16_t *xq = malloc(sizeof(int16_t) * R * IN);
+    float *xd = malloc(sizeof(float) * R * nb), *xsum = malloc(sizeof(float) * R * nb);
     for (int64_t r = 0; r < R; r++)
         for (int64_t blk = 0; blk < nb; blk++) {
-            float sum = 0.0f;
-            for (int64_t i = 0; i < 32; i++) sum += x[r * IN + blk * 32 + i];
+            const float *xb = x + r * IN + blk * 32;
+            float sum = 0.0f, amax = 0.0f;
+            for (int i = 0; i < 32; i++) {
+                sum += xb[i];
+                amax = fabsf(xb[i]) > amax ? fabsf(xb[i]) : amax;
+            }
+            const float d = amax / 32767.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+            for (int i = 0; i < 32; i++) xq[r * IN + blk * 32 + i] = (int16_t)lrintf(xb[i] * inv);
+            xd[r * nb + blk] = d;
             xsum[r * nb + blk] = sum;
         }
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t o = 0; o < OUT; o++) {
-        const uint8_t *wo = w + o * IN;
-        const float *so = scales + o * nb, *mo = mins + o * nb;
+        const int8_t *wo = w + o * IN;
+        const float *so = scales + o * nb, *fo = offsets + o * nb;
         float acc[8] = {0};
+#ifdef __AVX2__
+        __m256 vacc[8];
+        for (int64_t r = 0; r < R; r++) vacc[r] = _mm256_setzero_ps();
         for (int64_t blk = 0; blk < nb; blk++) {
-            float wf[32];
-#pragma omp simd
-            for (int64_t i = 0; i < 32; i++) wf[i] = (float)wo[blk * 32 + i];
+            const __m256i w_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wo + blk * 32)));
+            const __m256i w_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wo + blk * 32 + 16)));
             for (int64_t r = 0; r < R; r++) {
-                const float *xr = x + r * IN + blk * 32;
-                float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                for (int64_t i = 0; i < 32; i++) dot += wf[i] * xr[i];
-                acc[r] += dot * so[blk] + mo[blk] * xsum[r * nb + blk];
+                const int16_t *xb = xq + r * IN + blk * 32;
+                /* Pairs of int16 products summed into int32: at most 4 * 128 * 32767 a lane. */
+                const __m256i sums = _mm256_add_epi32(
+                    _mm256_madd_epi16(w_lo, _mm256_loadu_si256((const __m256i *)xb)),
+                    _mm256_madd_epi16(w_hi, _mm256_loadu_si256((const __m256i *)(xb + 16))));
+                const __m256 dots = _mm256_cvtepi32_ps(sums);
+                vacc[r] = _mm256_fmadd_ps(dots, _mm256_set1_ps(so[blk] * xd[r * nb + blk]), vacc[r]);
+                acc[r] += fo[blk] * xsum[r * nb + blk];
             }
         }
+        for (int64_t r = 0; r < R; r++) {
+            float lanes[8];
+            _mm256_storeu_ps(lanes, vacc[r]);
+            acc[r] += ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+        }
+#else
+        for (int64_t blk = 0; blk < nb; blk++)
+            for (int64_t r = 0; r < R; r++)
+                acc[r] += block_dot(wo + blk * 32, xq + r * IN + blk * 32) * so[blk] * xd[r * nb + blk] +
+                          fo[blk] * xsum[r * nb + blk];
+#endif
         for (int64_t r = 0; r < R; r++) out[r * OUT + o] = acc[r] + (bias ? bias[o] : 0.0f);
     }
+    free(xq);
+    free(xd);
     free(xsum);
 }
 

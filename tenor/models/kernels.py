@@ -99,19 +99,20 @@ class Int8BlockKernel(Fp16Kernel):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__(weight, bias)
-        self.q, self.scales, self.mins = native.quantize_u8_blocks(weight)
+        q, self.scales, mins = native.quantize_u8_blocks(weight)
+        self.q, self.offsets = native.signed_blocks(q, self.scales, mins)
         self.bias = None if bias is None else bias.float().contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
         if rows > native.INT8_MAX_ROWS:
             return super().__call__(x)
-        flat = native.u8_block_linear(x.reshape(rows, x.shape[-1]).contiguous(), self.q, self.scales, self.mins,
-                                      self.bias)
+        flat = native.i8_block_linear(x.reshape(rows, x.shape[-1]).contiguous(), self.q, self.scales,
+                                      self.offsets, self.bias)
         return flat.view(*x.shape[:-1], self.out_features)
 
     def nbytes(self) -> int:
-        return super().nbytes() + _nbytes(self.q, self.scales, self.mins)
+        return super().nbytes() + _nbytes(self.q, self.scales, self.offsets)
 
 
 class Int8WeightOnlyKernel(LinearKernel):

@@ -78,11 +78,11 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64]
     lib.tenor_paged_decode_attention_f32.argtypes = [_PTR] * 7 + [_I64] * 8 + [_F32, _I64]
     lib.tenor_paged_decode_attention_kv8.argtypes = [_PTR] * 9 + [_I64] * 8 + [_F32, _I64]
-    lib.tenor_u8_block_linear_f32.argtypes = [_PTR] * 6 + [_I64] * 4
+    lib.tenor_i8_block_linear_f32.argtypes = [_PTR] * 6 + [_I64] * 4
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 5
     for fn in (lib.tenor_rms_norm_f32, lib.tenor_silu_mul_f32, lib.tenor_paged_decode_attention_f32,
                lib.tenor_paged_decode_attention_kv8,
-               lib.tenor_u8_block_linear_f32, lib.tenor_rotary_kv_write_f32):
+               lib.tenor_i8_block_linear_f32, lib.tenor_rotary_kv_write_f32):
         fn.restype = None
     return lib
 
@@ -186,12 +186,19 @@ def quantize_u8_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
             best_min.contiguous())
 
 
-def u8_block_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
+def signed_blocks(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_u8_blocks' u8 * scale + min as int8 (u8 - 128) * scale + offset, the form the
+    integer dot product takes: (int8 weights [OUT, IN], offsets [OUT, IN / 32])."""
+    return (q.to(torch.int16) - 128).to(torch.int8), (mins + 128.0 * scales).contiguous()
+
+
+def i8_block_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor,
                     bias: torch.Tensor | None) -> torch.Tensor:
-    """x [R, IN] float32 contiguous, R <= INT8_MAX_ROWS -> [R, OUT]."""
+    """x [R, IN] float32 contiguous, R <= INT8_MAX_ROWS; weight int8 [OUT, IN] -> [R, OUT]. x is
+    quantized to int16 per block of 32 inside the kernel (see tenor_i8_block_linear_f32)."""
     rows, out_features = x.shape[0], weight.shape[0]
     out = torch.empty(rows, out_features)
-    library().tenor_u8_block_linear_f32(_ptr(x), _ptr(weight), _ptr(scales), _ptr(mins),
+    library().tenor_i8_block_linear_f32(_ptr(x), _ptr(weight), _ptr(scales), _ptr(offsets),
                                        None if bias is None else _ptr(bias), _ptr(out), rows, x.shape[1],
                                        out_features, torch.get_num_threads())
     return out

@@ -59,19 +59,35 @@ def test_build_failure_is_reported_not_raised(monkeypatch, tmp_path):
         native.build()
 
 
+def quantized_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's own quantization of x [R, IN]: int16 per block of 32, step absmax / 32767."""
+    blocks = x.view(x.shape[0], -1, 32)
+    step = blocks.abs().amax(dim=-1, keepdim=True) / 32767.0
+    return torch.round(blocks / step.clamp(min=1e-30)), step
+
+
 @needs_native
 @pytest.mark.parametrize("rows", [1, 3, 8])
-def test_u8_block_linear_matches_dequantized_weights(rows):
+def test_i8_block_linear_matches_its_integer_reference_and_the_float_product(rows):
     gen = torch.Generator().manual_seed(3)
     weight, bias = torch.randn(40, 96, generator=gen) * 0.05, torch.randn(40, generator=gen)
     q, scales, mins = native.quantize_u8_blocks(weight)
     assert q.dtype == torch.uint8 and scales.shape == mins.shape == (40, 3)
     dequantized = (q.view(40, 3, 32).float() * scales[..., None] + mins[..., None]).view(40, 96)
     assert (dequantized - weight).abs().max() <= scales.max() / 2 + 1e-6  # half a step at most
+    w8, offsets = native.signed_blocks(q, scales, mins)
+    assert w8.dtype == torch.int8
+    assert torch.allclose((w8.view(40, 3, 32).float() * scales[..., None] + offsets[..., None]).view(40, 96),
+                          dequantized, atol=1e-6)
     x = torch.randn(rows, 96, generator=gen)
-    expected = F.linear(x, dequantized, bias)
-    assert torch.allclose(native.u8_block_linear(x, q, scales, mins, bias), expected, atol=1e-5)
-    assert torch.allclose(native.u8_block_linear(x, q, scales, mins, None), expected - bias, atol=1e-5)
+    xq, step = quantized_activations(x)  # [R, 3, 32], [R, 3, 1]
+    dots = torch.einsum("rbi,obi->rob", xq.double(), w8.view(40, 3, 32).double())  # exact integers
+    expected = (dots.float() * scales[None] * step[:, None, :, 0]).sum(-1) + (x.view(rows, 3, 32).sum(-1) @ offsets.T)
+    got = native.i8_block_linear(x, w8, scales, offsets, bias)
+    assert torch.allclose(got, expected + bias, atol=1e-4)
+    assert torch.allclose(native.i8_block_linear(x, w8, scales, offsets, None), expected, atol=1e-4)
+    float_product = F.linear(x, dequantized, bias)  # what activation quantization costs
+    assert torch.allclose(got, float_product, atol=1e-4)
 
 
 def test_q4_1_blocks_land_on_the_u8_grid_exactly():
