@@ -235,3 +235,55 @@ void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, f
         }
     }
 }
+
+/* A whole Llama decode step for R <= 8 sequences, every layer in one call: Python's per-layer
+ * dispatch (a few dozen torch ops and kernel calls a layer) costs as much as the layer's
+ * arithmetic at one stream. Each layer is the same chain of the kernels above:
+ *   h = rms_norm(x); qkv = h W_qkv; rotate q, k and write k, v to the cache; attention;
+ *   x += attn W_o; h = rms_norm(x); x += silu_mul(h W_gate_up) W_down.
+ *   x       [R, D] in place: the embeddings in, the last layer's output out
+ *   weights [L, 14] pointers, per layer: attn_norm, mlp_norm, then (weight, scales, offsets) of
+ *           qkv, o, gate_up, down (tenor_i8_block_linear_f32's layout)
+ *   kv      [L, 2, K, slots, E] the float32 cache; cos, sin [R, E]; slots [R]; table [R, N];
+ *           lengths [R] (each sequence's context including this step's token)
+ *   scores  [threads, (H / K) * max_len] floats for attention */
+void tenor_llama_decode_f32(float *x, const int64_t *weights, float *kv, const float *cos, const float *sin,
+                            const int64_t *slots, const int64_t *table, const int64_t *lengths, float *scores,
+                            int64_t R, int64_t L, int64_t D, int64_t H, int64_t K, int64_t E, int64_t F,
+                            int64_t N, int64_t block_size, int64_t num_slots, int64_t max_len, float eps,
+                            int64_t threads) {
+    const int64_t width = (H + 2 * K) * E, layer_kv = 2 * K * num_slots * E;
+    float *h = malloc(sizeof(float) * R * D), *qkv = malloc(sizeof(float) * R * width);
+    float *q = malloc(sizeof(float) * R * H * E), *attn = malloc(sizeof(float) * R * H * E);
+    float *gate_up = malloc(sizeof(float) * R * 2 * F), *act = malloc(sizeof(float) * R * F);
+    float *delta = malloc(sizeof(float) * R * D);
+    for (int64_t l = 0; l < L; l++) {
+        const int64_t *w = weights + l * 14;
+#define W_F32(i) ((const float *)(intptr_t)w[i])
+#define W_I8(i) ((const int8_t *)(intptr_t)w[i])
+        float *kc = kv + l * layer_kv, *vc = kc + K * num_slots * E;
+        tenor_rms_norm_f32(x, W_F32(0), h, R, D, eps);
+        tenor_i8_block_linear_f32(h, W_I8(2), W_F32(3), W_F32(4), NULL, qkv, R, D, width, threads);
+        tenor_rotary_kv_write_f32(qkv, cos, sin, kc, vc, slots, R, H, K, E, num_slots);
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t i = 0; i < H * E; i++) q[r * H * E + i] = qkv[r * width + i];
+        paged_decode_attention(q, kc, vc, NULL, NULL, NULL, NULL, table, lengths, attn, scores, R, H, K, E, N,
+                               block_size, num_slots, max_len, 1.0f / sqrtf((float)E), threads);
+        tenor_i8_block_linear_f32(attn, W_I8(5), W_F32(6), W_F32(7), NULL, delta, R, H * E, D, threads);
+        for (int64_t i = 0; i < R * D; i++) x[i] += delta[i];
+        tenor_rms_norm_f32(x, W_F32(1), h, R, D, eps);
+        tenor_i8_block_linear_f32(h, W_I8(8), W_F32(9), W_F32(10), NULL, gate_up, R, D, 2 * F, threads);
+        tenor_silu_mul_f32(gate_up, act, R, F);
+        tenor_i8_block_linear_f32(act, W_I8(11), W_F32(12), W_F32(13), NULL, delta, R, F, D, threads);
+        for (int64_t i = 0; i < R * D; i++) x[i] += delta[i];
+#undef W_F32
+#undef W_I8
+    }
+    free(h);
+    free(qkv);
+    free(q);
+    free(attn);
+    free(gate_up);
+    free(act);
+    free(delta);
+}

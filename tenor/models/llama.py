@@ -10,6 +10,7 @@ from torch import nn
 from tenor.models import native
 from tenor.models.config import ModelConfig
 from tenor.models.decoder import DecoderLM
+from tenor.models.kernels import Int8BlockKernel
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
 
 
@@ -74,10 +75,50 @@ class LlamaModel(DecoderLM):
         self.lm_head = ParallelLinear(config.hidden_size, config.vocab_size, bias=False, parallel="column")
         self.rotary = Rotary(config.head_dim, config.max_position_embeddings, config.rope_theta,
                              config.rope_scaling, interleaved=False)
+        self._fused_weights: torch.Tensor | None = None  # built on first fused decode step
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
+                batch: AttentionBatch, logits_rows: torch.Tensor) -> torch.Tensor:
+        layer_weights = self._fused_decode_weights() if self._can_fuse(cache, batch, len(input_ids)) else None
+        if layer_weights is None:
+            return super().forward(input_ids, positions, cache, batch, logits_rows)
+        c = self.config
+        x = F.embedding(input_ids, self.embed)  # a fresh tensor: the layers run in place on it
+        cos, sin = self.rotary.tables(positions)
+        native.llama_decode(x, layer_weights, cache.kv, cos, sin, batch.slot_mapping, batch.decode_blocks,
+                            batch.decode_lengths, cache.native_scratch, c.num_heads, c.intermediate_size,
+                            cache.block_size, batch.decode_span, c.norm_eps)
+        return self.lm_head(self.final_norm(x.index_select(0, logits_rows))).float()
+
+    def _can_fuse(self, cache: PagedKVCache, batch: AttentionBatch, num_tokens: int) -> bool:
+        """A decode-only step of a few float32 sequences on the native kernels (one process)."""
+        return (batch.native and not batch.prefills and batch.num_decode == num_tokens <= native.INT8_MAX_ROWS
+                and batch.decode_lengths is not None and batch.decode_blocks is not None
+                and not cache.quantized and cache.dtype == torch.float32)
+
+    def _fused_decode_weights(self) -> torch.Tensor | None:
+        """[L, 14] int64 pointers into every layer's weights for native.llama_decode, or None when a
+        layer cannot take that path (weights not int8 blocks, or sharded over a group)."""
+        if self._fused_weights is None:
+            rows = []
+            for block in self.layers:
+                linears = (block.qkv, block.o, block.gate_up, block.down)
+                if any(not isinstance(lin.kernel, Int8BlockKernel) or lin.has_bias or lin._reduce is not None
+                       for lin in linears):
+                    self._fused_weights = torch.empty(0, dtype=torch.int64)
+                    break
+                row = [block.attn_norm.data_ptr(), block.mlp_norm.data_ptr()]
+                for lin in linears:
+                    row += [lin.kernel.q.data_ptr(), lin.kernel.scales.data_ptr(), lin.kernel.offsets.data_ptr()]
+                rows.append(row)
+            else:
+                self._fused_weights = torch.tensor(rows, dtype=torch.int64)
+        return self._fused_weights if self._fused_weights.numel() else None
 
     def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype,
                      weight_format: str = "dense") -> None:
         c = self.config
+        self._fused_weights = None
         take = WeightTaker(weights, weight_format)
         self.embed = nn.Parameter(take.float("embed.weight", (c.vocab_size, c.hidden_size)).to(dtype),
                                   requires_grad=False)

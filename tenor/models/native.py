@@ -80,9 +80,10 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_paged_decode_attention_kv8.argtypes = [_PTR] * 9 + [_I64] * 8 + [_F32, _I64]
     lib.tenor_i8_block_linear_f32.argtypes = [_PTR] * 6 + [_I64] * 4
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 5
+    lib.tenor_llama_decode_f32.argtypes = [_PTR] * 9 + [_I64] * 11 + [_F32, _I64]
     for fn in (lib.tenor_rms_norm_f32, lib.tenor_silu_mul_f32, lib.tenor_paged_decode_attention_f32,
                lib.tenor_paged_decode_attention_kv8,
-               lib.tenor_i8_block_linear_f32, lib.tenor_rotary_kv_write_f32):
+               lib.tenor_i8_block_linear_f32, lib.tenor_rotary_kv_write_f32, lib.tenor_llama_decode_f32):
         fn.restype = None
     return lib
 
@@ -202,3 +203,20 @@ def i8_block_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor,
                                        None if bias is None else _ptr(bias), _ptr(out), rows, x.shape[1],
                                        out_features, torch.get_num_threads())
     return out
+
+
+def llama_decode(x: torch.Tensor, layer_weights: torch.Tensor, kv: torch.Tensor, cos: torch.Tensor,
+                 sin: torch.Tensor, slots: torch.Tensor, table: torch.Tensor, lengths: torch.Tensor,
+                 scratch: DecodeScratch, num_heads: int, intermediate_size: int, block_size: int, max_len: int,
+                 eps: float) -> None:
+    """Every Llama layer of a decode step in one call, x [R, D] float32 in place (R <= INT8_MAX_ROWS).
+    layer_weights [L, 14] int64: each layer's weight pointers (see tenor_llama_decode_f32); kv the
+    whole float32 cache [L, 2, K, slots, E]."""
+    rows, dim = x.shape
+    num_layers, _, kv_heads, num_slots, head_dim = kv.shape
+    threads = torch.get_num_threads()
+    scores = scratch.get(threads * (num_heads // kv_heads) * max_len)
+    library().tenor_llama_decode_f32(
+        _ptr(x), _ptr(layer_weights), _ptr(kv), _ptr(cos), _ptr(sin), _ptr(slots), _ptr(table), _ptr(lengths),
+        _ptr(scores), rows, num_layers, dim, num_heads, kv_heads, head_dim, intermediate_size, table.shape[1],
+        block_size, num_slots, max_len, eps, threads)

@@ -154,3 +154,48 @@ def test_paged_decode_attention_over_an_int8_cache_matches_its_dequantized_value
     expected = native.paged_decode_attention(q, k.contiguous(), v.contiguous(), table, lengths, block_size, 48,
                                              native.DecodeScratch())
     assert torch.allclose(out, expected, atol=1e-5)
+
+
+@needs_native
+def test_fused_llama_decode_matches_the_layer_by_layer_path(monkeypatch):
+    """Every decode step of three streams on int8 weights runs both ways on the same cache; the
+    logits agree (the fused call writes the same k/v the layer path then rewrites)."""
+    import asyncio
+
+    from tenor import registry
+    from tenor.engine.api import GenerateRequest, SamplingParams
+    from tenor.engine.llm_engine import LLMEngine
+    from tenor.engine.options import EngineOptions
+    from tenor.models.decoder import DecoderLM
+    from tenor.models.llama import LlamaModel
+
+    differences: list[float] = []
+    fused_forward = LlamaModel.forward
+
+    def both(self, input_ids, positions, cache, batch, logits_rows):
+        fused = fused_forward(self, input_ids, positions, cache, batch, logits_rows)
+        if self._can_fuse(cache, batch, len(input_ids)):
+            assert self._fused_decode_weights() is not None
+            layered = DecoderLM.forward(self, input_ids, positions, cache, batch, logits_rows)
+            differences.append((fused - layered).abs().max().item())
+        return fused
+
+    monkeypatch.setattr(LlamaModel, "forward", both)
+    servable = registry.get("test.TinyLlamaRandom").with_overrides(quantize="int8")
+
+    async def main() -> None:
+        engine = LLMEngine(servable, None, EngineOptions(warmup=False))
+        await engine.start()
+        try:
+            async def one(i: int) -> None:
+                request = GenerateRequest(f"r{i}", tuple(range(5 + i, 40 + 3 * i)),
+                                          SamplingParams(max_tokens=24, ignore_eos=True))
+                async for _ in engine.generate(request):
+                    pass
+            await asyncio.gather(*(one(i) for i in range(3)))
+        finally:
+            await engine.stop()
+
+    asyncio.run(main())
+    assert len(differences) >= 20
+    assert max(differences) < 1e-4, differences
