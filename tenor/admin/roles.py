@@ -10,8 +10,8 @@ decode replica would serve no one).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from tenor.errors import UserError
 

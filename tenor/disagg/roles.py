@@ -8,7 +8,7 @@ every model the server loads, with fixed targets (a manual override).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 

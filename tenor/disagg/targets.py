@@ -10,7 +10,7 @@ replica prefills locally, so requests still succeed.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 

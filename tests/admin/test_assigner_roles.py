@@ -42,9 +42,9 @@ CASES = {
         "load m on s3 as decode"),
     "interleaved replicas of a model switched to disaggregated are unloaded first": (
         [srv("s1", models={"m": L}), srv("s2", models={"m": L})], [mdl("m", 1, 1)],
-        "short m by 1: decode replicas: all 2 eligible server(s) already hold a replica\n"
-        "short m by 1: prefill replicas: all 2 eligible server(s) already hold a replica\n"
-        "unload m from s1\nunload m from s2"),
+        ("short m by 1: decode replicas: all 2 eligible server(s) already hold a replica\n"
+         "short m by 1: prefill replicas: all 2 eligible server(s) already hold a replica\n"
+         "unload m from s1\nunload m from s2")),
     "a disaggregated model switched back to interleaved": (
         [srv("s1", models={"m": L}, roles={"m": "prefill"}), srv("s2", models={"m": L}, roles={"m": "decode"}),
          srv("s3")],
