@@ -16,7 +16,10 @@ of loads and unloads. Rules, in SAX's experimental assigner's spirit but stricte
 - Roles (disaggregated serving): a model may ask for P prefill and D decode replicas
   instead of interleaved ("both") ones. Each role is counted, trimmed and placed as above,
   on distinct servers; a replica held in a role the model no longer asks for (its mode
-  changed) is unloaded, and the new role is placed once that server is free.
+  changed) is unloaded, and the new role is placed once that server is free. A server
+  tagged `prefill` takes no decode replica and one tagged `decode` no prefill replica;
+  servers tagged with the role are preferred (so prefill and decode pools can be sized
+  apart, as in deploy/k8s/disaggregated.yaml).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from tenor.admin.roles import BOTH
+from tenor.admin.roles import BOTH, DECODE, PREFILL
+
+_OTHER_ROLE = {PREFILL: DECODE, DECODE: PREFILL}
 
 
 class ReplicaStatus(str, enum.Enum):
@@ -122,7 +127,8 @@ def _initial_room(servers: Sequence[ServerView], needs: dict[str, int]) -> _Room
     return room
 
 
-def _shortfall_reason(model: ModelDemand, servers: Sequence[ServerView], room: _Room, taken: set[str]) -> str:
+def _shortfall_reason(model: ModelDemand, servers: Sequence[ServerView], room: _Room, taken: set[str],
+                      role: str = BOTH) -> str:
     if not servers:
         return "no model server has joined the cell"
     serving = [s for s in servers
@@ -135,6 +141,9 @@ def _shortfall_reason(model: ModelDemand, servers: Sequence[ServerView], room: _
     others = [s for s in serving if s.address not in taken]
     if not others:
         return f"all {len(serving)} eligible server(s) already hold a replica"
+    other_role = _OTHER_ROLE.get(role)
+    if other_role is not None and all(other_role in s.tags for s in others):
+        return f"the {len(others)} other eligible server(s) are tagged {other_role}"
     not_failed = [s for s in others if s.address not in model.failed_on]
     if not not_failed:
         return "failed to load on every other eligible server"
@@ -165,15 +174,17 @@ def _place(model: ModelDemand, servers: Sequence[ServerView], missing: int, room
             and s.can_serve(model.config_name, model.constraints, model.group_sizes)
             and room.free[s.address] >= model.memory_bytes
             and s.address not in exclude
+            and _OTHER_ROLE.get(role) not in s.tags
             and all(a.server != s.address for a in loads)
         ]
         if not candidates:
             taken = ({s.address for s in servers if s.status_of(model.name) in _HOLDING} | {a.server for a in loads}
                      | exclude)
             short = missing - len(loads)
-            reason = _shortfall_reason(model, servers, room, taken)
+            reason = _shortfall_reason(model, servers, room, taken, role)
             return loads, Shortfall(model.name, short, reason if role == BOTH else f"{role} replicas: {reason}")
-        best = min(candidates, key=lambda s: (-room.free[s.address], len(s.models), s.address))
+        best = min(candidates, key=lambda s: (role != BOTH and role not in s.tags, -room.free[s.address],
+                                              len(s.models), s.address))
         room.free[best.address] -= model.memory_bytes
         loads.append(Action(model.name, best.address, role))
     return loads, None

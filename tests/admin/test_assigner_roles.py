@@ -12,8 +12,9 @@ L, LD, F, U = ReplicaStatus.LOADED, ReplicaStatus.LOADING, ReplicaStatus.FAILED,
 
 
 def srv(address: str, gb: int = 8, *, models: dict[str, ReplicaStatus] | None = None,
-        roles: dict[str, str] | None = None, draining: bool = False) -> ServerView:
-    return ServerView(address, gb * GB, models=tuple(sorted((models or {}).items())), draining=draining,
+        roles: dict[str, str] | None = None, draining: bool = False, tags: str = "") -> ServerView:
+    return ServerView(address, gb * GB, tags=frozenset(filter(None, tags.split(","))),
+                      models=tuple(sorted((models or {}).items())), draining=draining,
                       roles=tuple(sorted((roles or {}).items())))
 
 
@@ -66,6 +67,19 @@ CASES = {
     "gave up: nothing new placed, short by the sum of the roles": (
         [srv("s1"), srv("s2")], [mdl("m", 1, 2, gave_up=True)],
         "short m by 3: gave up after repeated load failures"),
+    "servers tagged with a role get it first, even with less room": (
+        [srv("big", 64), srv("p", 2, tags="prefill"), srv("d", 2, tags="decode")], [mdl("m", 1, 1)],
+        "load m on d as decode\nload m on p as prefill"),
+    "a server tagged for one role never takes the other": (
+        [srv("p1", tags="prefill"), srv("p2", tags="prefill")], [mdl("m", 1, 1)],
+        "load m on p1 as prefill\nshort m by 1: decode replicas: the 1 other eligible server(s) are tagged prefill"),
+    "untagged servers take either role": (
+        [srv("d", tags="decode"), srv("x")], [mdl("m", 1, 2)],
+        ("load m on d as decode\nload m on x as prefill\n"
+         "short m by 1: decode replicas: all 2 eligible server(s) already hold a replica")),
+    "interleaved models ignore role tags": (
+        [srv("p", 4, tags="prefill"), srv("d", 8, tags="decode")], [ModelDemand("i", "c", 2, GB)],
+        "load i on d\nload i on p"),
     "interleaved and disaggregated models share servers": (
         [srv("s1"), srv("s2")], [mdl("d", 1, 1), ModelDemand("i", "c", 2, GB)],
         "load d on s1 as prefill\nload d on s2 as decode\nload i on s1\nload i on s2"),
