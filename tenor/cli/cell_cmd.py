@@ -170,7 +170,8 @@ def _ls(args: argparse.Namespace) -> int:
                 from tenor.proto import common_pb2
 
                 reason = f": {replica.failure_reason}" if replica.failure_reason else ""
-                print(f"  {replica.address}: {common_pb2.ModelStatus.Name(replica.status)}{reason}")
+                role = f" ({roles[replica.address]})" if replica.address in roles else ""
+                print(f"  {replica.address}{role}: {common_pb2.ModelStatus.Name(replica.status)}{reason}")
         if model.shortfall:
             print(f"  {model.shortfall}")
         if model.failure_reason:

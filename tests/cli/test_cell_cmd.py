@@ -101,9 +101,9 @@ def test_publish_disaggregated_and_ls_shows_roles(cell, capsys) -> None:
 
     def listed() -> str:
         _, text, _ = run(capsys, "ls", MODEL)
-        return text if all(s.address in text for s in servers) else ""
+        return text if "2 replica(s)" not in text and all(s.address in text for s in servers) else ""
 
-    out = wait_until(listed, 10, "both replicas in ls")
+    out = wait_until(listed, 10, "both replicas serving in ls")
     roles = {s.modelet.models[MODEL].role: s.address for s in servers}
     assert set(roles) == {"prefill", "decode"}
     assert f"{roles['prefill']} (prefill)" in out and f"{roles['decode']} (decode)" in out
