@@ -21,7 +21,9 @@ from tenor.models.config import ModelConfig, RopeScaling
 DTYPES = DTYPE_CHOICES  # "auto": bfloat16 where the CPU computes it natively, else float32
 # Override keys that are the admin's own (`ram`: bytes a replica needs; `constraints`: tags a
 # server must have); every other override is a serving parameter of the servable config.
-ADMIN_KEYS = frozenset({"ram", "constraints"})
+# Overrides the admin uses itself (placement), never applied to the servable config; the
+# disaggregation keys are tenor.admin.roles.DISAGG_KEYS.
+ADMIN_KEYS = frozenset({"ram", "constraints", "disaggregated", "prefill_replicas", "decode_replicas"})
 TOKENIZERS = ("checkpoint", "bytes")  # bytes: UTF-8 bytes as ids (random test models)
 
 

@@ -19,7 +19,8 @@ class BookClosed(Exception):
 @dataclass(frozen=True)
 class AddressSet:
     seqno: int
-    addresses: tuple[str, ...]
+    addresses: tuple[str, ...]  # replicas that take client requests (roles "both" and "decode")
+    prefill: tuple[str, ...] = ()  # prefill replicas: only the model's decode replicas call them
 
 
 class AddressBook:
@@ -41,10 +42,10 @@ class AddressBook:
             self._sets[model] = AddressSet(0, ())
             self._notify()
 
-    def set(self, model: str, addresses: tuple[str, ...]) -> None:
+    def set(self, model: str, addresses: tuple[str, ...], prefill: tuple[str, ...] = ()) -> None:
         current = self._sets.get(model)
-        if current is not None and current.addresses != addresses:
-            self._sets[model] = AddressSet(current.seqno + 1, addresses)
+        if current is not None and (current.addresses, current.prefill) != (addresses, prefill):
+            self._sets[model] = AddressSet(current.seqno + 1, addresses, prefill)
             self._notify()
 
     def remove_model(self, model: str) -> None:

@@ -24,6 +24,7 @@ from tenor.admin.election import Election
 from tenor.admin.manager import (AlreadyExistsError, Manager, ManagerOptions, NotFoundError, NotLeaderError,
                                  NotReadyError)
 from tenor.admin.naming import CellName, parse_model_name
+from tenor.admin.roles import PREFILL
 from tenor.admin.servers import ServerSpecView
 from tenor.admin.status_page import StatusPage, render_html
 from tenor.auth.channels import CellCredentials, open_access
@@ -127,7 +128,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 raise NotFoundError(str(exc)) from None
             except BookClosed as exc:
                 raise NotLeaderError(str(exc)) from None
-            return admin_pb2.WaitForReadyResponse(addresses=current.addresses)
+            return admin_pb2.WaitForReadyResponse(addresses=sorted(current.addresses + current.prefill))
         return await self._run(context, call)
 
     async def Join(self, request, context):
@@ -142,6 +143,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "this admin is a standby, not the leader")
         try:
             parse_model_name(request.model_name)
+            if request.role not in ("", PREFILL):
+                raise UserError(f"WatchLoc role must be \"\" (serving replicas) or \"prefill\", got {request.role!r}")
             manager.get(request.model_name)
         except NotFoundError as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
@@ -150,12 +153,16 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         previous: tuple[str, ...] | None = None
         try:
             async for current in manager.book.watch(request.model_name):
+                # Ordinary clients get the replicas that take requests; decode replicas ask for "prefill".
+                addresses = current.prefill if request.role == PREFILL else current.addresses
+                if addresses == previous:
+                    continue  # only the other role's set changed
                 before = set(previous or ())
                 yield admin_pb2.WatchLocResponse(
                     admin_id=manager.admin_id, seqno=current.seqno, reset=previous is None,
-                    addresses=current.addresses, added=sorted(set(current.addresses) - before),
-                    removed=sorted(before - set(current.addresses)))
-                previous = current.addresses
+                    addresses=addresses, added=sorted(set(addresses) - before),
+                    removed=sorted(before - set(addresses)))
+                previous = addresses
         except ModelGone as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except BookClosed as exc:

@@ -13,6 +13,13 @@ of loads and unloads. Rules, in SAX's experimental assigner's spirit but stricte
   constraint tag (its platform counts as a tag), has room, and the model has not failed
   there in this generation.
 - Models that are no longer published are unloaded wherever they are.
+- Roles (disaggregated serving): a model may ask for P prefill and D decode replicas
+  instead of interleaved ("both") ones. Each role is counted, trimmed and placed as above,
+  on distinct servers; a replica held in a role the model no longer asks for (its mode
+  changed) is unloaded, and the new role is placed once that server is free. A server
+  tagged `prefill` takes no decode replica and one tagged `decode` no prefill replica;
+  servers tagged with the role are preferred (so prefill and decode pools can be sized
+  apart, as in deploy/k8s/disaggregated.yaml).
 """
 
 from __future__ import annotations
@@ -20,6 +27,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from typing import Sequence
+
+from tenor.admin.roles import BOTH, DECODE, PREFILL
+
+_OTHER_ROLE = {PREFILL: DECODE, DECODE: PREFILL}
 
 
 class ReplicaStatus(str, enum.Enum):
@@ -44,9 +55,13 @@ class ServerView:
     models: tuple[tuple[str, ReplicaStatus], ...] = ()  # (model name, status), as the admin believes
     draining: bool = False  # missed its last heartbeat: keeps what it has, gets nothing new, gives up first
     group_size: int = 1  # ranks of its model-server group (one process: 1)
+    roles: tuple[tuple[str, str], ...] = ()  # (model name, role) where not "both"
 
     def status_of(self, model: str) -> ReplicaStatus | None:
         return next((s for name, s in self.models if name == model), None)
+
+    def role_of(self, model: str) -> str:
+        return next((r for name, r in self.roles if name == model), BOTH)
 
     def can_serve(self, config_name: str, constraints: frozenset[str], group_sizes: tuple[int, ...] = (1,)) -> bool:
         configs_ok = not self.servable_configs or config_name in self.servable_configs
@@ -63,12 +78,17 @@ class ModelDemand:
     failed_on: frozenset[str] = frozenset()  # servers where this generation failed to load
     gave_up: bool = False  # load attempts exhausted: place nothing new
     group_sizes: tuple[int, ...] = (1,)  # model-server group sizes that may hold a replica
+    roles: tuple[tuple[str, int], ...] = ()  # ((role, count), ...) summing to replicas; (): all "both"
+
+    def wanted(self) -> tuple[tuple[str, int], ...]:
+        return self.roles or ((BOTH, self.replicas),)
 
 
 @dataclass(frozen=True, order=True)
 class Action:
     model: str
     server: str
+    role: str = BOTH  # what a load asks the server to run the replica as
 
 
 @dataclass(frozen=True, order=True)
@@ -86,7 +106,7 @@ class Plan:
 
     def render(self) -> str:
         """Sorted text, one action per line: what tests compare."""
-        lines = [f"load {a.model} on {a.server}" for a in self.loads]
+        lines = [f"load {a.model} on {a.server}" + (f" as {a.role}" if a.role != BOTH else "") for a in self.loads]
         lines += [f"unload {a.model} from {a.server}" for a in self.unloads]
         lines += [f"short {s.model} by {s.missing}: {s.reason}" for s in self.shortfalls]
         return "\n".join(sorted(lines))
@@ -107,7 +127,8 @@ def _initial_room(servers: Sequence[ServerView], needs: dict[str, int]) -> _Room
     return room
 
 
-def _shortfall_reason(model: ModelDemand, servers: Sequence[ServerView], room: _Room, taken: set[str]) -> str:
+def _shortfall_reason(model: ModelDemand, servers: Sequence[ServerView], room: _Room, taken: set[str],
+                      role: str = BOTH) -> str:
     if not servers:
         return "no model server has joined the cell"
     serving = [s for s in servers
@@ -120,6 +141,9 @@ def _shortfall_reason(model: ModelDemand, servers: Sequence[ServerView], room: _
     others = [s for s in serving if s.address not in taken]
     if not others:
         return f"all {len(serving)} eligible server(s) already hold a replica"
+    other_role = _OTHER_ROLE.get(role)
+    if other_role is not None and all(other_role in s.tags for s in others):
+        return f"the {len(others)} other eligible server(s) are tagged {other_role}"
     not_failed = [s for s in others if s.address not in model.failed_on]
     if not not_failed:
         return "failed to load on every other eligible server"
@@ -127,8 +151,8 @@ def _shortfall_reason(model: ModelDemand, servers: Sequence[ServerView], room: _
     return f"needs {model.memory_bytes} bytes per replica; most free on an eligible server is {max(biggest, 0)}"
 
 
-def _trim(model: ModelDemand, holders: list[ServerView], room: _Room) -> list[Action]:
-    excess = len(holders) - model.replicas
+def _trim(model: ModelDemand, holders: list[ServerView], keep: int, room: _Room) -> list[Action]:
+    excess = len(holders) - keep
     if excess <= 0:
         return []
     # Not-yet-serving replicas go first, then those on the fullest servers.
@@ -137,8 +161,9 @@ def _trim(model: ModelDemand, holders: list[ServerView], room: _Room) -> list[Ac
     return [Action(model.name, s.address) for s in order[:excess]]
 
 
-def _place(model: ModelDemand, servers: Sequence[ServerView], missing: int,
-           room: _Room) -> tuple[list[Action], Shortfall | None]:
+def _place(model: ModelDemand, servers: Sequence[ServerView], missing: int, room: _Room, role: str = BOTH,
+           exclude: frozenset[str] = frozenset()) -> tuple[list[Action], Shortfall | None]:
+    """Places `missing` replicas in `role`, never on `exclude` (servers given another role of it)."""
     loads: list[Action] = []
     for _ in range(missing):
         candidates = [
@@ -148,15 +173,20 @@ def _place(model: ModelDemand, servers: Sequence[ServerView], missing: int,
             and s.address not in model.failed_on
             and s.can_serve(model.config_name, model.constraints, model.group_sizes)
             and room.free[s.address] >= model.memory_bytes
+            and s.address not in exclude
+            and _OTHER_ROLE.get(role) not in s.tags
             and all(a.server != s.address for a in loads)
         ]
         if not candidates:
-            taken = {s.address for s in servers if s.status_of(model.name) in _HOLDING} | {a.server for a in loads}
+            taken = ({s.address for s in servers if s.status_of(model.name) in _HOLDING} | {a.server for a in loads}
+                     | exclude)
             short = missing - len(loads)
-            return loads, Shortfall(model.name, short, _shortfall_reason(model, servers, room, taken))
-        best = min(candidates, key=lambda s: (-room.free[s.address], len(s.models), s.address))
+            reason = _shortfall_reason(model, servers, room, taken, role)
+            return loads, Shortfall(model.name, short, reason if role == BOTH else f"{role} replicas: {reason}")
+        best = min(candidates, key=lambda s: (role != BOTH and role not in s.tags, -room.free[s.address],
+                                              len(s.models), s.address))
         room.free[best.address] -= model.memory_bytes
-        loads.append(Action(model.name, best.address))
+        loads.append(Action(model.name, best.address, role))
     return loads, None
 
 
@@ -173,15 +203,24 @@ def assign(servers: Sequence[ServerView], models: Sequence[ModelDemand]) -> Plan
                 unloads.append(Action(name, server.address))
     for model in sorted(models, key=lambda m: (-m.memory_bytes, m.name)):
         holders = [s for s in servers if s.status_of(model.name) in _HOLDING]
-        unloads += _trim(model, holders, room)
-        missing = model.replicas - len(holders)
-        if missing <= 0:
-            continue
-        if model.gave_up:
-            shortfalls.append(Shortfall(model.name, missing, "gave up after repeated load failures"))
-            continue
-        placed, short = _place(model, servers, missing, room)
-        loads += placed
-        if short is not None:
-            shortfalls.append(short)
+        wanted = dict(model.wanted())
+        unloads += [Action(model.name, s.address) for s in holders if s.role_of(model.name) not in wanted]
+        placed_here: set[str] = set()
+        short_by = 0
+        for role, count in model.wanted():
+            in_role = [s for s in holders if s.role_of(model.name) == role]
+            unloads += _trim(model, in_role, count, room)
+            missing = count - len(in_role)
+            if missing <= 0:
+                continue
+            if model.gave_up:
+                short_by += missing
+                continue
+            placed, short = _place(model, servers, missing, room, role, frozenset(placed_here))
+            placed_here.update(a.server for a in placed)
+            loads += placed
+            if short is not None:
+                shortfalls.append(short)
+        if short_by:
+            shortfalls.append(Shortfall(model.name, short_by, "gave up after repeated load failures"))
     return Plan(tuple(sorted(loads)), tuple(sorted(unloads)), tuple(sorted(shortfalls)))

@@ -15,13 +15,14 @@ import itertools
 import logging
 import time
 import uuid
-from typing import Callable
+from typing import Callable, Collection
 from dataclasses import dataclass, field
 
 from tenor.admin.address_book import AddressBook, AddressSet
 from tenor.admin.assigner import ModelDemand, ReplicaStatus, assign
 from tenor.admin.model_specs import Placement, model_server_overrides, validate_spec
 from tenor.admin.naming import CellName
+from tenor.admin.roles import BOTH, PREFILL, SERVING_ROLES, role_counts
 from tenor.admin.servers import ActionResult, ModelServer, ServerSpecView
 from tenor.admin.store import CellState, CellStore, Leadership, LostLeadership, ModelSpec, StoreError
 from tenor.errors import UserError
@@ -87,12 +88,13 @@ class ModelRecord:
     def demand(self, max_attempts: int) -> ModelDemand:
         return ModelDemand(self.spec.name, self.spec.config_name, self.spec.replicas, self.placement.memory_bytes,
                            self.placement.constraints, frozenset(self.failures), self.gave_up(max_attempts),
-                           self.placement.group_sizes)
+                           self.placement.group_sizes,
+                           self.placement.roles.demand() if self.placement.roles else ())
 
-    def load_request(self) -> modelet_pb2.LoadRequest:
+    def load_request(self, role: str = BOTH) -> modelet_pb2.LoadRequest:
         return modelet_pb2.LoadRequest(model_name=self.spec.name, config_name=self.spec.config_name,
                                        checkpoint=self.spec.checkpoint or "",
-                                       overrides=model_server_overrides(self.spec.overrides_map))
+                                       overrides=model_server_overrides(self.spec.overrides_map), role=role)
 
 
 def _record_for(spec: ModelSpec, cell: CellName) -> ModelRecord:
@@ -186,6 +188,9 @@ class Manager:
                 else:
                     merged.pop(key, None)
             new_checkpoint = old.checkpoint if checkpoint is None else (checkpoint or None)
+            roles = role_counts(merged)
+            if replicas is None and roles is not None:
+                replicas = roles.total  # `update ... prefill_replicas=2` needs no --replicas
             spec = ModelSpec.make(name, old.config_name, new_checkpoint,
                                   old.replicas if replicas is None else replicas, merged, old.uuid)
             placement = validate_spec(spec, self.cell)
@@ -293,7 +298,7 @@ class Manager:
             self._run_plan()
             self._roll_updates()
         for name in self._models:
-            self._book.set(name, self.addresses_of(name))
+            self._book.set(name, self.addresses_of(name, SERVING_ROLES), self.addresses_of(name, {PREFILL}))
         # Watchers wait until every server that re-joined has reported its replicas.
         if past_grace and all(s.polled or not s.healthy for s in self.servers.values()):
             self._book.settle()
@@ -326,8 +331,11 @@ class Manager:
             self.servers[action.server].start_unload(action.model, record.token if record else 0)
         for action in plan.loads:
             record = self._models[action.model]
-            self.servers[action.server].start_load(record.load_request(), record.token)
-        short = {s.model: f"{s.missing} replica(s) short: {s.reason}" for s in plan.shortfalls}
+            self.servers[action.server].start_load(record.load_request(action.role), record.token)
+        short: dict[str, str] = {}
+        for s in plan.shortfalls:  # one per role of a disaggregated model
+            line = f"{s.missing} replica(s) short: {s.reason}"
+            short[s.model] = f"{short[s.model]}; {line}" if s.model in short else line
         for name, record in self._models.items():
             if not record.shortfall.startswith("cannot serve"):
                 record.shortfall = short.get(name, "")
@@ -352,11 +360,13 @@ class Manager:
 
     # --- queries -----------------------------------------------------------------------------
 
-    def addresses_of(self, name: str) -> tuple[str, ...]:
+    def addresses_of(self, name: str, roles: Collection[str] | None = None) -> tuple[str, ...]:
+        """LOADED replicas of `name` in `roles` (None: every role)."""
         return tuple(sorted(
             a for a, s in self.servers.items()
             if s.healthy and name not in s.pending
-            and s.replicas.get(name) is not None and s.replicas[name].status == ReplicaStatus.LOADED))
+            and s.replicas.get(name) is not None and s.replicas[name].status == ReplicaStatus.LOADED
+            and (roles is None or s.replicas[name].role in roles)))
 
     def get(self, name: str) -> ModelRecord:
         return self._get(name)
@@ -367,7 +377,7 @@ class Manager:
         self._get(name)
 
         def ready(current: AddressSet) -> bool:
-            if len(current.addresses) >= num_replicas:
+            if len(current.addresses) + len(current.prefill) >= num_replicas:
                 return True
             record = self._models.get(name)
             if record is not None and record.gave_up(self.options.max_load_attempts):

@@ -1,8 +1,9 @@
 """What the admin checks and derives from a published model spec.
 
-Overrides come from `tenor publish ... key=value`. Two keys are the admin's own:
-`ram` (bytes one replica needs, replacing the estimate) and `constraints` (comma-separated
-tags a server must have). The rest are serving parameters of the servable config; values
+Overrides come from `tenor publish ... key=value`. Some keys are the admin's own:
+`ram` (bytes one replica needs, replacing the estimate), `constraints` (comma-separated
+tags a server must have), and `disaggregated`, `prefill_replicas`, `decode_replicas`
+(replica roles, tenor.admin.roles). The rest are serving parameters of the servable config; values
 are JSON text, and a value that is not JSON is taken as a plain string.
 """
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 from tenor import registry
 from tenor.admin.naming import CellName, parse_model_name
+from tenor.admin.roles import RoleCounts, check_group_sizes, check_replicas, role_counts
 from tenor.admin.store.base import ModelSpec
 from tenor.errors import UserError
 from tenor.registry import (
@@ -38,17 +40,21 @@ class Placement:
     memory_bytes: int
     constraints: frozenset[str]
     group_sizes: tuple[int, ...] = (1,)  # model-server group sizes it may be placed on
+    roles: RoleCounts | None = None  # prefill / decode split; None: interleaved ("both")
 
 
 def placement_of(spec: ModelSpec) -> Placement:
     overrides = spec.overrides_map
+    roles = role_counts(overrides)
     servable = registry.get(spec.config_name).with_overrides(**serving_overrides(overrides))
+    check_group_sizes(roles, spec.config_name, servable.group_sizes)
     ram = overrides.get("ram")
     # By the checkpoint's real size when the admin can read it (a tiny GPT-J published under
     # the GPT-J config is placed as tiny), else by the config.
     memory = _parse_ram(ram) if ram is not None else servable.memory(spec.checkpoint).total_bytes
     tags = frozenset(t.strip() for t in overrides.get("constraints", "").split(",") if t.strip())
-    return Placement(memory, tags, servable.group_sizes)
+    # Disaggregated replicas run on single processes: only those move KV blocks.
+    return Placement(memory, tags, (1,) if roles is not None else servable.group_sizes, roles)
 
 
 def _parse_ram(text: str) -> int:
@@ -71,4 +77,6 @@ def validate_spec(spec: ModelSpec, cell: CellName) -> Placement:
     for key in spec.overrides_map:
         if not key or key != key.strip():
             raise UserError(f"bad override key {key!r}")
-    return placement_of(spec)
+    placement = placement_of(spec)
+    check_replicas(placement.roles, spec.replicas)
+    return placement

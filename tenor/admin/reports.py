@@ -37,7 +37,7 @@ def _published(manager: Manager, record: ModelRecord) -> admin_pb2.PublishedMode
     name = record.spec.name
     replicas = [
         admin_pb2.Replica(address=address, status=_TO_PROTO[server.replicas[name].status],
-                          failure_reason=server.replicas[name].failure_reason)
+                          failure_reason=server.replicas[name].failure_reason, role=server.replicas[name].role)
         for address, server in sorted(manager.servers.items()) if name in server.replicas
     ]
     return admin_pb2.PublishedModel(

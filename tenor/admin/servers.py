@@ -17,6 +17,7 @@ from typing import Awaitable, Callable
 import grpc
 
 from tenor.admin.assigner import ReplicaStatus, ServerView
+from tenor.admin.roles import BOTH, ROLES
 from tenor.proto import common_pb2, modelet_pb2, modelet_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class Replica:
     queue_depth: int = 0
     running: int = 0
     latency_ms: tuple[float, float, float] = (0.0, 0.0, 0.0)  # p50, p95, p99
+    role: str = BOTH  # "both", "prefill" or "decode" (disaggregated serving)
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,8 @@ class ModelServer:
             if m.status in _FROM_PROTO:
                 reported[m.model_name] = Replica(
                     _FROM_PROTO[m.status], m.config_name, m.checkpoint, m.failure_reason, m.queue_depth, m.running,
-                    (m.latency_p50_ms, m.latency_p95_ms, m.latency_p99_ms))
+                    (m.latency_p50_ms, m.latency_p95_ms, m.latency_p99_ms),
+                    m.role if m.role in ROLES else BOTH)
         for name in self.pending:  # an action in flight: keep the admin's prediction
             if name in self.replicas:
                 reported[name] = self.replicas[name]
@@ -125,24 +128,27 @@ class ModelServer:
         return ServerView(self.address, self.spec.memory_bytes, self.spec.platform, self.spec.tags,
                           self.spec.servable_configs,
                           tuple(sorted((name, r.status) for name, r in self.replicas.items())),
-                          draining=not self.healthy, group_size=self.spec.group_size)
+                          draining=not self.healthy, group_size=self.spec.group_size,
+                          roles=tuple(sorted((n, r.role) for n, r in self.replicas.items() if r.role != BOTH)))
 
     # --- actions -------------------------------------------------------------------------
 
     def start_load(self, request: modelet_pb2.LoadRequest, token: int) -> None:
-        self._begin(request.model_name, Replica(ReplicaStatus.LOADING, request.config_name, request.checkpoint))
+        self._begin(request.model_name, Replica(ReplicaStatus.LOADING, request.config_name, request.checkpoint,
+                                                role=request.role or BOTH))
         self._queue.put_nowait(lambda: self._call("load", request, token, self._stub.Load, self.load_timeout_s))
 
     def start_update(self, request: modelet_pb2.UpdateLoadedRequest, token: int) -> None:
         old = self.replicas.get(request.model_name)
         self._begin(request.model_name, Replica(ReplicaStatus.LOADING, old.config_name if old else "",
-                                                request.checkpoint))
+                                                request.checkpoint, role=old.role if old else BOTH))
         self._queue.put_nowait(
             lambda: self._call("update", request, token, self._stub.UpdateLoaded, self.load_timeout_s))
 
     def start_unload(self, model_name: str, token: int) -> None:
         old = self.replicas.get(model_name)
-        self._begin(model_name, Replica(ReplicaStatus.UNLOADING, old.config_name if old else ""))
+        self._begin(model_name, Replica(ReplicaStatus.UNLOADING, old.config_name if old else "",
+                                        role=old.role if old else BOTH))
         request = modelet_pb2.UnloadRequest(model_name=model_name)
         self._queue.put_nowait(lambda: self._call("unload", request, token, self._stub.Unload, self.load_timeout_s))
 
@@ -162,9 +168,10 @@ class ModelServer:
             if exc.code() in TRANSIENT_CODES:
                 return ActionResult(self.address, name, kind, token, False, True, reason), None
             failed = None if kind == "unload" else Replica(ReplicaStatus.FAILED, before.config_name,
-                                                           before.checkpoint, reason)
+                                                           before.checkpoint, reason, role=before.role)
             return ActionResult(self.address, name, kind, token, False, False, reason), failed
-        after = None if kind == "unload" else Replica(ReplicaStatus.LOADED, before.config_name, before.checkpoint)
+        after = None if kind == "unload" else Replica(ReplicaStatus.LOADED, before.config_name, before.checkpoint,
+                                                      role=before.role)
         return ActionResult(self.address, name, kind, token, True), after
 
     async def _work(self) -> None:

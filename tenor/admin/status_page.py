@@ -38,7 +38,9 @@ def render_html(cell: str, role: str, leader: str, models: admin_pb2.ListRespons
     if models is not None:
         rows = []
         for m in models.models:
-            replicas = ", ".join(f"{r.address} ({_STATUS_NAMES[r.status]})" for r in m.replicas) or "-"
+            # An interleaved replica's role ("both") goes unsaid; prefill and decode are named.
+            replicas = ", ".join(f"{r.address} ({_STATUS_NAMES[r.status]}"
+                                 + (f", {r.role})" if r.role and r.role != "both" else ")") for r in m.replicas) or "-"
             notes = "; ".join(x for x in (m.shortfall, m.failure_reason, "gave up" if m.gave_up else "") if x)
             rows.append([m.model.model_name, m.model.config_name, m.model.checkpoint or "None",
                          f"{len(m.addresses)}/{m.model.requested_replicas}", replicas, notes])

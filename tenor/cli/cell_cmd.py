@@ -1,6 +1,7 @@
 """saxutil's cell verbs: publish, unpublish, update, ls, watch.
 
     tenor publish /tenor/<cell>/<model> <config> <checkpoint|None> <replicas> [key=value ...]
+        (disaggregated=true prefill_replicas=P decode_replicas=D: P + D = replicas)
     tenor unpublish /tenor/<cell>/<model>
     tenor update /tenor/<cell>/<model> [--replicas N] [--checkpoint PATH|None] [key=value ...]
     tenor ls [/tenor/<cell>[/<model>]]
@@ -13,6 +14,7 @@ import argparse
 import sys
 
 from tenor.admin.naming import ModelName, parse_model_name, parse_name
+from tenor.admin.roles import check_replicas, check_role_values, role_counts
 from tenor.admin.store import ROOT_ENV, list_cells, resolve_root
 from tenor.cli.credential_flags import add_credential_flags, credentials_from
 from tenor.errors import UserError
@@ -27,7 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     publish.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint path, or None")
     publish.add_argument("replicas", metavar="REPLICAS", help="number of replicas (>= 0)")
     publish.add_argument("overrides", metavar="KEY=VALUE", nargs="*",
-                         help="config overrides (JSON values); ram=BYTES and constraints=TAG,.. steer placement")
+                         help="config overrides (JSON values); ram=BYTES and constraints=TAG,.. steer placement; "
+                              "disaggregated=true prefill_replicas=P decode_replicas=D (P + D = REPLICAS) places "
+                              "prefill and decode replicas")
 
     unpublish = _verb(subparsers, "unpublish", "unpublish a model", _unpublish)
     unpublish.add_argument("model", metavar="MODEL")
@@ -93,6 +97,7 @@ def _publish(args: argparse.Namespace) -> int:
     name = parse_model_name(args.model)
     replicas = parse_replicas(args.replicas)
     overrides = parse_overrides(args.overrides)
+    check_replicas(role_counts(overrides), replicas)  # before dialling: a bad split is a one-line error here
     client = _client(args, name)
     try:
         client.publish(str(name), args.config, _checkpoint(args.checkpoint) or None, replicas, overrides)
@@ -115,6 +120,7 @@ def _update(args: argparse.Namespace) -> int:
     name = parse_model_name(args.model)
     replicas = None if args.replicas is None else parse_replicas(args.replicas)
     overrides = parse_overrides(args.overrides)
+    check_role_values(overrides)
     if replicas is None and args.checkpoint is None and not overrides:
         raise UserError("nothing to update: give --replicas, --checkpoint or key=value overrides")
     checkpoint = None if args.checkpoint is None else _checkpoint(args.checkpoint)
@@ -150,10 +156,13 @@ def _ls(args: argparse.Namespace) -> int:
         return 0
     (model,) = models
     spec = model.model
+    # Interleaved replicas ("both") are listed bare; prefill and decode replicas say so.
+    roles = {r.address: r.role for r in model.replicas if r.role and r.role != "both"}
     print(render_table(
         ["model", "model path", "checkpoint path", "# of replicas", "replica addresses"],
         [[name.model, spec.config_name, spec.checkpoint or "None", str(len(model.addresses)),
-          "\n".join(a + (f" (group of {groups[a]})" if a in groups else "") for a in model.addresses)]]))
+          "\n".join(a + (f" ({roles[a]})" if a in roles else "") + (f" (group of {groups[a]})" if a in groups else "")
+                    for a in model.addresses)]]))
     if len(model.addresses) < spec.requested_replicas or model.failure_reason:
         print(f"requested {spec.requested_replicas} replica(s), {len(model.addresses)} serving")
         for replica in model.replicas:
@@ -161,7 +170,8 @@ def _ls(args: argparse.Namespace) -> int:
                 from tenor.proto import common_pb2
 
                 reason = f": {replica.failure_reason}" if replica.failure_reason else ""
-                print(f"  {replica.address}: {common_pb2.ModelStatus.Name(replica.status)}{reason}")
+                role = f" ({roles[replica.address]})" if replica.address in roles else ""
+                print(f"  {replica.address}{role}: {common_pb2.ModelStatus.Name(replica.status)}{reason}")
         if model.shortfall:
             print(f"  {model.shortfall}")
         if model.failure_reason:

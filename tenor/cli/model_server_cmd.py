@@ -54,8 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--group-join-timeout", type=float, default=300.0, metavar="S",
                        help="seconds to wait for every rank to join and load (default 300)")
     serve.add_argument("--prefill-from", default="", metavar="HOST:PORT,...",
-                       help="decode role: prefill prompts on these model servers and decode here "
-                            "(disaggregated serving; default: prefill locally)")
+                       help="manual decode role: every model not placed here as prefill decodes here, prefilling "
+                            "on these model servers (default: as the admin places it; see `tenor publish ... "
+                            "disaggregated=true`)")
     serve.set_defaults(func=_serve)
 
 

@@ -204,8 +204,9 @@ class AdminClient:
         request = admin_pb2.JoinRequest(address=address, http_address=http_address, spec=spec)
         return self._unary("Join", request, timeout_s).admin_id
 
-    def watch_loc(self, name: str) -> "LocationWatch":
-        return LocationWatch(self, name)
+    def watch_loc(self, name: str, role: str = "") -> "LocationWatch":
+        """role "": the replicas that take requests; "prefill": the model's prefill replicas."""
+        return LocationWatch(self, name, role)
 
     def close(self) -> None:
         with self._lock:
@@ -224,9 +225,10 @@ class LocationWatch:
     or after the admin changed) starts with a `reset` update carrying the full set.
     """
 
-    def __init__(self, client: AdminClient, name: str) -> None:
+    def __init__(self, client: AdminClient, name: str, role: str = "") -> None:
         self._client = client
         self._name = name
+        self._role = role
         self._closed = threading.Event()
         self._call_lock = threading.Lock()
         self._call: grpc.Future | None = None
@@ -243,7 +245,8 @@ class LocationWatch:
             channel = None
             try:
                 channel = self._client._connect()
-                call = admin_pb2_grpc.AdminStub(channel).WatchLoc(admin_pb2.WatchLocRequest(model_name=self._name))
+                call = admin_pb2_grpc.AdminStub(channel).WatchLoc(admin_pb2.WatchLocRequest(model_name=self._name,
+                                                                                   role=self._role))
                 with self._call_lock:
                     self._call = call
                 if self._closed.is_set():

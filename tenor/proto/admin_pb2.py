@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import common_pb2 as tenor_dot_proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tenor/proto/admin.proto\x12\x0btenor.admin\x1a\x18tenor/proto/common.proto\"\xd6\x01\n\x05Model\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_name\x18\x02 \x01(\t\x12\x12\n\ncheckpoint\x18\x03 \x01(\t\x12\x1a\n\x12requested_replicas\x18\x04 \x01(\x05\x12\x34\n\toverrides\x18\x05 \x03(\x0b\x32!.tenor.admin.Model.OverridesEntry\x12\x0c\n\x04uuid\x18\x06 \x01(\t\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"3\n\x0ePublishRequest\x12!\n\x05model\x18\x01 \x01(\x0b\x32\x12.tenor.admin.Model\"4\n\x0fPublishResponse\x12!\n\x05model\x18\x01 \x01(\x0b\x32\x12.tenor.admin.Model\"\xdf\x01\n\rUpdateRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x15\n\x08replicas\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x17\n\ncheckpoint\x18\x03 \x01(\tH\x01\x88\x01\x01\x12<\n\toverrides\x18\x04 \x03(\x0b\x32).tenor.admin.UpdateRequest.OverridesEntry\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0b\n\t_replicasB\r\n\x0b_checkpoint\"3\n\x0eUpdateResponse\x12!\n\x05model\x18\x01 \x01(\x0b\x32\x12.tenor.admin.Model\"&\n\x10UnpublishRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\"\x13\n\x11UnpublishResponse\"\x1b\n\x0bListRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"]\n\x07Replica\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12)\n\x06status\x18\x02 \x01(\x0e\x32\x19.tenor.common.ModelStatus\x12\x16\n\x0e\x66\x61ilure_reason\x18\x03 \x01(\t\"\xaa\x01\n\x0ePublishedModel\x12!\n\x05model\x18\x01 \x01(\x0b\x32\x12.tenor.admin.Model\x12\x11\n\taddresses\x18\x02 \x03(\t\x12&\n\x08replicas\x18\x03 \x03(\x0b\x32\x14.tenor.admin.Replica\x12\x16\n\x0e\x66\x61ilure_reason\x18\x04 \x01(\t\x12\x0f\n\x07gave_up\x18\x05 \x01(\x08\x12\x11\n\tshortfall\x18\x06 \x01(\t\";\n\x0cListResponse\x12+\n\x06models\x18\x01 \x03(\x0b\x32\x1b.tenor.admin.PublishedModel\"\x0e\n\x0cStatsRequest\"\xd4\x01\n\rModelOnServer\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12)\n\x06status\x18\x02 \x01(\x0e\x32\x19.tenor.common.ModelStatus\x12\x16\n\x0e\x66\x61ilure_reason\x18\x03 \x01(\t\x12\x13\n\x0bqueue_depth\x18\x04 \x01(\x05\x12\x0f\n\x07running\x18\x05 \x01(\x05\x12\x16\n\x0elatency_p50_ms\x18\x06 \x01(\x01\x12\x16\n\x0elatency_p95_ms\x18\x07 \x01(\x01\x12\x16\n\x0elatency_p99_ms\x18\x08 \x01(\x01\"\xe1\x01\n\nServerInfo\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x14\n\x0chttp_address\x18\x02 \x01(\t\x12&\n\x04spec\x18\x03 \x01(\x0b\x32\x18.tenor.common.ServerSpec\x12\x0f\n\x07healthy\x18\x04 \x01(\x08\x12\x17\n\x0flast_seen_age_s\x18\x05 \x01(\x01\x12\x19\n\x11memory_used_bytes\x18\x06 \x01(\x03\x12\x13\n\x0bqueue_depth\x18\x07 \x01(\x05\x12*\n\x06models\x18\x08 \x03(\x0b\x32\x1a.tenor.admin.ModelOnServer\"Y\n\rStatsResponse\x12\x10\n\x08\x61\x64min_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63\x65ll\x18\x02 \x01(\t\x12(\n\x07servers\x18\x03 \x03(\x0b\x32\x17.tenor.admin.ServerInfo\"%\n\x0fWatchLocRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\"u\n\x10WatchLocResponse\x12\x10\n\x08\x61\x64min_id\x18\x01 \x01(\t\x12\r\n\x05seqno\x18\x02 \x01(\x03\x12\r\n\x05reset\x18\x03 \x01(\x08\x12\x11\n\taddresses\x18\x04 \x03(\t\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x05 \x03(\t\x12\x0f\n\x07removed\x18\x06 \x03(\t\"?\n\x13WaitForReadyRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x14\n\x0cnum_replicas\x18\x02 \x01(\x05\")\n\x14WaitForReadyResponse\x12\x11\n\taddresses\x18\x01 \x03(\t\"\\\n\x0bJoinRequest\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x14\n\x0chttp_address\x18\x02 \x01(\t\x12&\n\x04spec\x18\x03 \x01(\x0b\x32\x18.tenor.common.ServerSpec\" \n\x0cJoinResponse\x12\x10\n\x08\x61\x64min_id\x18\x01 \x01(\t2\xb6\x04\n\x05\x41\x64min\x12\x44\n\x07Publish\x12\x1b.tenor.admin.PublishRequest\x1a\x1c.tenor.admin.PublishResponse\x12\x41\n\x06Update\x12\x1a.tenor.admin.UpdateRequest\x1a\x1b.tenor.admin.UpdateResponse\x12J\n\tUnpublish\x12\x1d.tenor.admin.UnpublishRequest\x1a\x1e.tenor.admin.UnpublishResponse\x12;\n\x04List\x12\x18.tenor.admin.ListRequest\x1a\x19.tenor.admin.ListResponse\x12>\n\x05Stats\x12\x19.tenor.admin.StatsRequest\x1a\x1a.tenor.admin.StatsResponse\x12I\n\x08WatchLoc\x12\x1c.tenor.admin.WatchLocRequest\x1a\x1d.tenor.admin.WatchLocResponse0\x01\x12S\n\x0cWaitForReady\x12 .tenor.admin.WaitForReadyRequest\x1a!.tenor.admin.WaitForReadyResponse\x12;\n\x04Join\x12\x18.tenor.admin.JoinRequest\x1a\x19.tenor.admin.JoinResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tenor/proto/admin.proto\x12\x0btenor.admin\x1a\x18tenor/proto/common.proto\"\xd6\x01\n\x05Model\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_name\x18\x02 \x01(\t\x12\x12\n\ncheckpoint\x18\x03 \x01(\t\x12\x1a\n\x12requested_replicas\x18\x04 \x01(\x05\x12\x34\n\toverrides\x18\x05 \x03(\x0b\x32!.tenor.admin.Model.OverridesEntry\x12\x0c\n\x04uuid\x18\x06 \x01(\t\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"3\n\x0ePublishRequest\x12!\n\x05model\x18\x01 \x01(\x0b\x32\x12.tenor.admin.Model\"4\n\x0fPublishResponse\x12!\n\x05model\x18\x01 \x01(\x0b\x32\x12.tenor.admin.Model\"\xdf\x01\n\rUpdateRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x15\n\x08replicas\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x17\n\ncheckpoint\x18\x03 \x01(\tH\x01\x88\x01\x01\x12<\n\toverrides\x18\x04 \x03(\x0b\x32).tenor.admin.UpdateRequest.OverridesEntry\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0b\n\t_replicasB\r\n\x0b_checkpoint\"3\n\x0eUpdateResponse\x12!\n\x05model\x18\x01 \x01(\x0b\x32\x12.tenor.admin.Model\"&\n\x10UnpublishRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\"\x13\n\x11UnpublishResponse\"\x1b\n\x0bListRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"k\n\x07Replica\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12)\n\x06status\x18\x02 \x01(\x0e\x32\x19.tenor.common.ModelStatus\x12\x16\n\x0e\x66\x61ilure_reason\x18\x03 \x01(\t\x12\x0c\n\x04role\x18\x04 \x01(\t\"\xaa\x01\n\x0ePublishedModel\x12!\n\x05model\x18\x01 \x01(\x0b\x32\x12.tenor.admin.Model\x12\x11\n\taddresses\x18\x02 \x03(\t\x12&\n\x08replicas\x18\x03 \x03(\x0b\x32\x14.tenor.admin.Replica\x12\x16\n\x0e\x66\x61ilure_reason\x18\x04 \x01(\t\x12\x0f\n\x07gave_up\x18\x05 \x01(\x08\x12\x11\n\tshortfall\x18\x06 \x01(\t\";\n\x0cListResponse\x12+\n\x06models\x18\x01 \x03(\x0b\x32\x1b.tenor.admin.PublishedModel\"\x0e\n\x0cStatsRequest\"\xd4\x01\n\rModelOnServer\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12)\n\x06status\x18\x02 \x01(\x0e\x32\x19.tenor.common.ModelStatus\x12\x16\n\x0e\x66\x61ilure_reason\x18\x03 \x01(\t\x12\x13\n\x0bqueue_depth\x18\x04 \x01(\x05\x12\x0f\n\x07running\x18\x05 \x01(\x05\x12\x16\n\x0elatency_p50_ms\x18\x06 \x01(\x01\x12\x16\n\x0elatency_p95_ms\x18\x07 \x01(\x01\x12\x16\n\x0elatency_p99_ms\x18\x08 \x01(\x01\"\xe1\x01\n\nServerInfo\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x14\n\x0chttp_address\x18\x02 \x01(\t\x12&\n\x04spec\x18\x03 \x01(\x0b\x32\x18.tenor.common.ServerSpec\x12\x0f\n\x07healthy\x18\x04 \x01(\x08\x12\x17\n\x0flast_seen_age_s\x18\x05 \x01(\x01\x12\x19\n\x11memory_used_bytes\x18\x06 \x01(\x03\x12\x13\n\x0bqueue_depth\x18\x07 \x01(\x05\x12*\n\x06models\x18\x08 \x03(\x0b\x32\x1a.tenor.admin.ModelOnServer\"Y\n\rStatsResponse\x12\x10\n\x08\x61\x64min_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63\x65ll\x18\x02 \x01(\t\x12(\n\x07servers\x18\x03 \x03(\x0b\x32\x17.tenor.admin.ServerInfo\"3\n\x0fWatchLocRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"u\n\x10WatchLocResponse\x12\x10\n\x08\x61\x64min_id\x18\x01 \x01(\t\x12\r\n\x05seqno\x18\x02 \x01(\x03\x12\r\n\x05reset\x18\x03 \x01(\x08\x12\x11\n\taddresses\x18\x04 \x03(\t\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x05 \x03(\t\x12\x0f\n\x07removed\x18\x06 \x03(\t\"?\n\x13WaitForReadyRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x14\n\x0cnum_replicas\x18\x02 \x01(\x05\")\n\x14WaitForReadyResponse\x12\x11\n\taddresses\x18\x01 \x03(\t\"\\\n\x0bJoinRequest\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x14\n\x0chttp_address\x18\x02 \x01(\t\x12&\n\x04spec\x18\x03 \x01(\x0b\x32\x18.tenor.common.ServerSpec\" \n\x0cJoinResponse\x12\x10\n\x08\x61\x64min_id\x18\x01 \x01(\t2\xb6\x04\n\x05\x41\x64min\x12\x44\n\x07Publish\x12\x1b.tenor.admin.PublishRequest\x1a\x1c.tenor.admin.PublishResponse\x12\x41\n\x06Update\x12\x1a.tenor.admin.UpdateRequest\x1a\x1b.tenor.admin.UpdateResponse\x12J\n\tUnpublish\x12\x1d.tenor.admin.UnpublishRequest\x1a\x1e.tenor.admin.UnpublishResponse\x12;\n\x04List\x12\x18.tenor.admin.ListRequest\x1a\x19.tenor.admin.ListResponse\x12>\n\x05Stats\x12\x19.tenor.admin.StatsRequest\x1a\x1a.tenor.admin.StatsResponse\x12I\n\x08WatchLoc\x12\x1c.tenor.admin.WatchLocRequest\x1a\x1d.tenor.admin.WatchLocResponse0\x01\x12S\n\x0cWaitForReady\x12 .tenor.admin.WaitForReadyRequest\x1a!.tenor.admin.WaitForReadyResponse\x12;\n\x04Join\x12\x18.tenor.admin.JoinRequest\x1a\x19.tenor.admin.JoinResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -57,31 +57,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTREQUEST']._serialized_start=730
   _globals['_LISTREQUEST']._serialized_end=757
   _globals['_REPLICA']._serialized_start=759
-  _globals['_REPLICA']._serialized_end=852
-  _globals['_PUBLISHEDMODEL']._serialized_start=855
-  _globals['_PUBLISHEDMODEL']._serialized_end=1025
-  _globals['_LISTRESPONSE']._serialized_start=1027
-  _globals['_LISTRESPONSE']._serialized_end=1086
-  _globals['_STATSREQUEST']._serialized_start=1088
-  _globals['_STATSREQUEST']._serialized_end=1102
-  _globals['_MODELONSERVER']._serialized_start=1105
-  _globals['_MODELONSERVER']._serialized_end=1317
-  _globals['_SERVERINFO']._serialized_start=1320
-  _globals['_SERVERINFO']._serialized_end=1545
-  _globals['_STATSRESPONSE']._serialized_start=1547
-  _globals['_STATSRESPONSE']._serialized_end=1636
-  _globals['_WATCHLOCREQUEST']._serialized_start=1638
-  _globals['_WATCHLOCREQUEST']._serialized_end=1675
-  _globals['_WATCHLOCRESPONSE']._serialized_start=1677
-  _globals['_WATCHLOCRESPONSE']._serialized_end=1794
-  _globals['_WAITFORREADYREQUEST']._serialized_start=1796
-  _globals['_WAITFORREADYREQUEST']._serialized_end=1859
-  _globals['_WAITFORREADYRESPONSE']._serialized_start=1861
-  _globals['_WAITFORREADYRESPONSE']._serialized_end=1902
-  _globals['_JOINREQUEST']._serialized_start=1904
-  _globals['_JOINREQUEST']._serialized_end=1996
-  _globals['_JOINRESPONSE']._serialized_start=1998
-  _globals['_JOINRESPONSE']._serialized_end=2030
-  _globals['_ADMIN']._serialized_start=2033
-  _globals['_ADMIN']._serialized_end=2599
+  _globals['_REPLICA']._serialized_end=866
+  _globals['_PUBLISHEDMODEL']._serialized_start=869
+  _globals['_PUBLISHEDMODEL']._serialized_end=1039
+  _globals['_LISTRESPONSE']._serialized_start=1041
+  _globals['_LISTRESPONSE']._serialized_end=1100
+  _globals['_STATSREQUEST']._serialized_start=1102
+  _globals['_STATSREQUEST']._serialized_end=1116
+  _globals['_MODELONSERVER']._serialized_start=1119
+  _globals['_MODELONSERVER']._serialized_end=1331
+  _globals['_SERVERINFO']._serialized_start=1334
+  _globals['_SERVERINFO']._serialized_end=1559
+  _globals['_STATSRESPONSE']._serialized_start=1561
+  _globals['_STATSRESPONSE']._serialized_end=1650
+  _globals['_WATCHLOCREQUEST']._serialized_start=1652
+  _globals['_WATCHLOCREQUEST']._serialized_end=1703
+  _globals['_WATCHLOCRESPONSE']._serialized_start=1705
+  _globals['_WATCHLOCRESPONSE']._serialized_end=1822
+  _globals['_WAITFORREADYREQUEST']._serialized_start=1824
+  _globals['_WAITFORREADYREQUEST']._serialized_end=1887
+  _globals['_WAITFORREADYRESPONSE']._serialized_start=1889
+  _globals['_WAITFORREADYRESPONSE']._serialized_end=1930
+  _globals['_JOINREQUEST']._serialized_start=1932
+  _globals['_JOINREQUEST']._serialized_end=2024
+  _globals['_JOINRESPONSE']._serialized_start=2026
+  _globals['_JOINRESPONSE']._serialized_end=2058
+  _globals['_ADMIN']._serialized_start=2061
+  _globals['_ADMIN']._serialized_end=2627
 # @@protoc_insertion_point(module_scope)

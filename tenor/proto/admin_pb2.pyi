@@ -84,14 +84,16 @@ class ListRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class Replica(_message.Message):
-    __slots__ = ("address", "status", "failure_reason")
+    __slots__ = ("address", "status", "failure_reason", "role")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
     address: str
     status: _common_pb2.ModelStatus
     failure_reason: str
-    def __init__(self, address: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.ModelStatus, str]] = ..., failure_reason: _Optional[str] = ...) -> None: ...
+    role: str
+    def __init__(self, address: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.ModelStatus, str]] = ..., failure_reason: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
 
 class PublishedModel(_message.Message):
     __slots__ = ("model", "addresses", "replicas", "failure_reason", "gave_up", "shortfall")
@@ -170,10 +172,12 @@ class StatsResponse(_message.Message):
     def __init__(self, admin_id: _Optional[str] = ..., cell: _Optional[str] = ..., servers: _Optional[_Iterable[_Union[ServerInfo, _Mapping]]] = ...) -> None: ...
 
 class WatchLocRequest(_message.Message):
-    __slots__ = ("model_name",)
+    __slots__ = ("model_name", "role")
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
     model_name: str
-    def __init__(self, model_name: _Optional[str] = ...) -> None: ...
+    role: str
+    def __init__(self, model_name: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
 
 class WatchLocResponse(_message.Message):
     __slots__ = ("admin_id", "seqno", "reset", "addresses", "added", "removed")

@@ -113,7 +113,7 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchLoc(self, request, context):
-        """Server stream of a model's serving (LOADED) replica addresses. The first message has
+        """Server stream of a model's serving (LOADED) replica addresses, of the asked role. The first message has
         reset=true and the full set; each later one is sent when the set changes.
         Ends with NOT_FOUND if the model is unpublished; UNAVAILABLE when this admin stops
         (the client then finds the new admin and watches again, getting a fresh reset).
@@ -123,7 +123,7 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WaitForReady(self, request, context):
-        """Returns once at least num_replicas replicas are LOADED. DEADLINE_EXCEEDED at the
+        """Returns once at least num_replicas replicas (of any role) are LOADED. DEADLINE_EXCEEDED at the
         caller's deadline; FAILED_PRECONDITION if the model can no longer reach that count
         because its loads failed (message: the last failure reason).
         """

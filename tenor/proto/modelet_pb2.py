@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import common_pb2 as tenor_dot_proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tenor/proto/modelet.proto\x12\rtenor.modelet\x1a\x18tenor/proto/common.proto\"\xba\x01\n\x0bLoadRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_name\x18\x02 \x01(\t\x12\x12\n\ncheckpoint\x18\x03 \x01(\t\x12<\n\toverrides\x18\x04 \x03(\x0b\x32).tenor.modelet.LoadRequest.OverridesEntry\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x0e\n\x0cLoadResponse\"#\n\rUnloadRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\"\x10\n\x0eUnloadResponse\"\xb5\x01\n\x13UpdateLoadedRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x12\n\ncheckpoint\x18\x02 \x01(\t\x12\x44\n\toverrides\x18\x03 \x03(\x0b\x32\x31.tenor.modelet.UpdateLoadedRequest.OverridesEntry\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x16\n\x14UpdateLoadedResponse\"\x12\n\x10GetStatusRequest\"\xbb\x02\n\nModelState\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_name\x18\x02 \x01(\t\x12\x12\n\ncheckpoint\x18\x03 \x01(\t\x12)\n\x06status\x18\x04 \x01(\x0e\x32\x19.tenor.common.ModelStatus\x12\x16\n\x0e\x66\x61ilure_reason\x18\x05 \x01(\t\x12\x13\n\x0bqueue_depth\x18\x06 \x01(\x05\x12\x0f\n\x07running\x18\x07 \x01(\x05\x12\x16\n\x0elatency_p50_ms\x18\x08 \x01(\x01\x12\x16\n\x0elatency_p95_ms\x18\t \x01(\x01\x12\x16\n\x0elatency_p99_ms\x18\n \x01(\x01\x12\x11\n\tloaded_at\x18\x0b \x01(\x01\x12\x13\n\x0brequests_ok\x18\x0c \x01(\x03\x12\x17\n\x0frequests_failed\x18\r \x01(\x03\"`\n\x0bServerStats\x12\x10\n\x08uptime_s\x18\x01 \x01(\x01\x12\x13\n\x0bqueue_depth\x18\x02 \x01(\x05\x12\x0f\n\x07running\x18\x03 \x01(\x05\x12\x19\n\x11memory_used_bytes\x18\x04 \x01(\x03\"j\n\x11GetStatusResponse\x12)\n\x06models\x18\x01 \x03(\x0b\x32\x19.tenor.modelet.ModelState\x12*\n\x06server\x18\x02 \x01(\x0b\x32\x1a.tenor.modelet.ServerStats2\xba\x02\n\x07Modelet\x12?\n\x04Load\x12\x1a.tenor.modelet.LoadRequest\x1a\x1b.tenor.modelet.LoadResponse\x12\x45\n\x06Unload\x12\x1c.tenor.modelet.UnloadRequest\x1a\x1d.tenor.modelet.UnloadResponse\x12W\n\x0cUpdateLoaded\x12\".tenor.modelet.UpdateLoadedRequest\x1a#.tenor.modelet.UpdateLoadedResponse\x12N\n\tGetStatus\x12\x1f.tenor.modelet.GetStatusRequest\x1a .tenor.modelet.GetStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tenor/proto/modelet.proto\x12\rtenor.modelet\x1a\x18tenor/proto/common.proto\"\xc8\x01\n\x0bLoadRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_name\x18\x02 \x01(\t\x12\x12\n\ncheckpoint\x18\x03 \x01(\t\x12<\n\toverrides\x18\x04 \x03(\x0b\x32).tenor.modelet.LoadRequest.OverridesEntry\x12\x0c\n\x04role\x18\x05 \x01(\t\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x0e\n\x0cLoadResponse\"#\n\rUnloadRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\"\x10\n\x0eUnloadResponse\"\xb5\x01\n\x13UpdateLoadedRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x12\n\ncheckpoint\x18\x02 \x01(\t\x12\x44\n\toverrides\x18\x03 \x03(\x0b\x32\x31.tenor.modelet.UpdateLoadedRequest.OverridesEntry\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x16\n\x14UpdateLoadedResponse\"\x12\n\x10GetStatusRequest\"\xc9\x02\n\nModelState\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_name\x18\x02 \x01(\t\x12\x12\n\ncheckpoint\x18\x03 \x01(\t\x12)\n\x06status\x18\x04 \x01(\x0e\x32\x19.tenor.common.ModelStatus\x12\x16\n\x0e\x66\x61ilure_reason\x18\x05 \x01(\t\x12\x13\n\x0bqueue_depth\x18\x06 \x01(\x05\x12\x0f\n\x07running\x18\x07 \x01(\x05\x12\x16\n\x0elatency_p50_ms\x18\x08 \x01(\x01\x12\x16\n\x0elatency_p95_ms\x18\t \x01(\x01\x12\x16\n\x0elatency_p99_ms\x18\n \x01(\x01\x12\x11\n\tloaded_at\x18\x0b \x01(\x01\x12\x13\n\x0brequests_ok\x18\x0c \x01(\x03\x12\x17\n\x0frequests_failed\x18\r \x01(\x03\x12\x0c\n\x04role\x18\x0e \x01(\t\"`\n\x0bServerStats\x12\x10\n\x08uptime_s\x18\x01 \x01(\x01\x12\x13\n\x0bqueue_depth\x18\x02 \x01(\x05\x12\x0f\n\x07running\x18\x03 \x01(\x05\x12\x19\n\x11memory_used_bytes\x18\x04 \x01(\x03\"j\n\x11GetStatusResponse\x12)\n\x06models\x18\x01 \x03(\x0b\x32\x19.tenor.modelet.ModelState\x12*\n\x06server\x18\x02 \x01(\x0b\x32\x1a.tenor.modelet.ServerStats2\xba\x02\n\x07Modelet\x12?\n\x04Load\x12\x1a.tenor.modelet.LoadRequest\x1a\x1b.tenor.modelet.LoadResponse\x12\x45\n\x06Unload\x12\x1c.tenor.modelet.UnloadRequest\x1a\x1d.tenor.modelet.UnloadResponse\x12W\n\x0cUpdateLoaded\x12\".tenor.modelet.UpdateLoadedRequest\x1a#.tenor.modelet.UpdateLoadedResponse\x12N\n\tGetStatus\x12\x1f.tenor.modelet.GetStatusRequest\x1a .tenor.modelet.GetStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,29 +37,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_UPDATELOADEDREQUEST_OVERRIDESENTRY']._loaded_options = None
   _globals['_UPDATELOADEDREQUEST_OVERRIDESENTRY']._serialized_options = b'8\001'
   _globals['_LOADREQUEST']._serialized_start=71
-  _globals['_LOADREQUEST']._serialized_end=257
-  _globals['_LOADREQUEST_OVERRIDESENTRY']._serialized_start=209
-  _globals['_LOADREQUEST_OVERRIDESENTRY']._serialized_end=257
-  _globals['_LOADRESPONSE']._serialized_start=259
-  _globals['_LOADRESPONSE']._serialized_end=273
-  _globals['_UNLOADREQUEST']._serialized_start=275
-  _globals['_UNLOADREQUEST']._serialized_end=310
-  _globals['_UNLOADRESPONSE']._serialized_start=312
-  _globals['_UNLOADRESPONSE']._serialized_end=328
-  _globals['_UPDATELOADEDREQUEST']._serialized_start=331
-  _globals['_UPDATELOADEDREQUEST']._serialized_end=512
-  _globals['_UPDATELOADEDREQUEST_OVERRIDESENTRY']._serialized_start=209
-  _globals['_UPDATELOADEDREQUEST_OVERRIDESENTRY']._serialized_end=257
-  _globals['_UPDATELOADEDRESPONSE']._serialized_start=514
-  _globals['_UPDATELOADEDRESPONSE']._serialized_end=536
-  _globals['_GETSTATUSREQUEST']._serialized_start=538
-  _globals['_GETSTATUSREQUEST']._serialized_end=556
-  _globals['_MODELSTATE']._serialized_start=559
-  _globals['_MODELSTATE']._serialized_end=874
-  _globals['_SERVERSTATS']._serialized_start=876
-  _globals['_SERVERSTATS']._serialized_end=972
-  _globals['_GETSTATUSRESPONSE']._serialized_start=974
-  _globals['_GETSTATUSRESPONSE']._serialized_end=1080
-  _globals['_MODELET']._serialized_start=1083
-  _globals['_MODELET']._serialized_end=1397
+  _globals['_LOADREQUEST']._serialized_end=271
+  _globals['_LOADREQUEST_OVERRIDESENTRY']._serialized_start=223
+  _globals['_LOADREQUEST_OVERRIDESENTRY']._serialized_end=271
+  _globals['_LOADRESPONSE']._serialized_start=273
+  _globals['_LOADRESPONSE']._serialized_end=287
+  _globals['_UNLOADREQUEST']._serialized_start=289
+  _globals['_UNLOADREQUEST']._serialized_end=324
+  _globals['_UNLOADRESPONSE']._serialized_start=326
+  _globals['_UNLOADRESPONSE']._serialized_end=342
+  _globals['_UPDATELOADEDREQUEST']._serialized_start=345
+  _globals['_UPDATELOADEDREQUEST']._serialized_end=526
+  _globals['_UPDATELOADEDREQUEST_OVERRIDESENTRY']._serialized_start=223
+  _globals['_UPDATELOADEDREQUEST_OVERRIDESENTRY']._serialized_end=271
+  _globals['_UPDATELOADEDRESPONSE']._serialized_start=528
+  _globals['_UPDATELOADEDRESPONSE']._serialized_end=550
+  _globals['_GETSTATUSREQUEST']._serialized_start=552
+  _globals['_GETSTATUSREQUEST']._serialized_end=570
+  _globals['_MODELSTATE']._serialized_start=573
+  _globals['_MODELSTATE']._serialized_end=902
+  _globals['_SERVERSTATS']._serialized_start=904
+  _globals['_SERVERSTATS']._serialized_end=1000
+  _globals['_GETSTATUSRESPONSE']._serialized_start=1002
+  _globals['_GETSTATUSRESPONSE']._serialized_end=1108
+  _globals['_MODELET']._serialized_start=1111
+  _globals['_MODELET']._serialized_end=1425
 # @@protoc_insertion_point(module_scope)

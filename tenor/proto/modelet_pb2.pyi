@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LoadRequest(_message.Message):
-    __slots__ = ("model_name", "config_name", "checkpoint", "overrides")
+    __slots__ = ("model_name", "config_name", "checkpoint", "overrides", "role")
     class OverridesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -20,11 +20,13 @@ class LoadRequest(_message.Message):
     CONFIG_NAME_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     OVERRIDES_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
     model_name: str
     config_name: str
     checkpoint: str
     overrides: _containers.ScalarMap[str, str]
-    def __init__(self, model_name: _Optional[str] = ..., config_name: _Optional[str] = ..., checkpoint: _Optional[str] = ..., overrides: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    role: str
+    def __init__(self, model_name: _Optional[str] = ..., config_name: _Optional[str] = ..., checkpoint: _Optional[str] = ..., overrides: _Optional[_Mapping[str, str]] = ..., role: _Optional[str] = ...) -> None: ...
 
 class LoadResponse(_message.Message):
     __slots__ = ()
@@ -66,7 +68,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelState(_message.Message):
-    __slots__ = ("model_name", "config_name", "checkpoint", "status", "failure_reason", "queue_depth", "running", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "loaded_at", "requests_ok", "requests_failed")
+    __slots__ = ("model_name", "config_name", "checkpoint", "status", "failure_reason", "queue_depth", "running", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "loaded_at", "requests_ok", "requests_failed", "role")
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     CONFIG_NAME_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +82,7 @@ class ModelState(_message.Message):
     LOADED_AT_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_OK_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FAILED_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
     model_name: str
     config_name: str
     checkpoint: str
@@ -93,7 +96,8 @@ class ModelState(_message.Message):
     loaded_at: float
     requests_ok: int
     requests_failed: int
-    def __init__(self, model_name: _Optional[str] = ..., config_name: _Optional[str] = ..., checkpoint: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.ModelStatus, str]] = ..., failure_reason: _Optional[str] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., latency_p50_ms: _Optional[float] = ..., latency_p95_ms: _Optional[float] = ..., latency_p99_ms: _Optional[float] = ..., loaded_at: _Optional[float] = ..., requests_ok: _Optional[int] = ..., requests_failed: _Optional[int] = ...) -> None: ...
+    role: str
+    def __init__(self, model_name: _Optional[str] = ..., config_name: _Optional[str] = ..., checkpoint: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.ModelStatus, str]] = ..., failure_reason: _Optional[str] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., latency_p50_ms: _Optional[float] = ..., latency_p95_ms: _Optional[float] = ..., latency_p99_ms: _Optional[float] = ..., loaded_at: _Optional[float] = ..., requests_ok: _Optional[int] = ..., requests_failed: _Optional[int] = ..., role: _Optional[str] = ...) -> None: ...
 
 class ServerStats(_message.Message):
     __slots__ = ("uptime_s", "queue_depth", "running", "memory_used_bytes")

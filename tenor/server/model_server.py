@@ -56,7 +56,9 @@ class ModelServerConfig:
     credentials: CellCredentials = field(default_factory=CellCredentials)
     http_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     group: GroupSpec | None = None  # rank 0 of a model-server group: models are sharded over its ranks
-    prefill_targets: tuple[str, ...] = ()  # decode role: prefill on these replicas (tenor.disagg)
+    # Manual override of the admin's placement (tenor.disagg): every model not placed as "prefill"
+    # decodes here, prefilling on these replicas, instead of on the model's prefill replicas.
+    prefill_targets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:
@@ -99,16 +101,13 @@ def advertised(host: str, port: int) -> str:
 
 class ModelServer:
     def __init__(self, config: ModelServerConfig, table: ModelTable | None = None) -> None:
-        self.config = config
-        self._decode_role = None
-        if config.prefill_targets:
-            from tenor.disagg.roles import DecodeRole
+        from tenor.disagg.roles import DecodeRole
 
-            # Dialled after start() has opened the cell access: prefill replicas check the cell token too.
-            self._decode_role = DecodeRole(config.prefill_targets,
-                                           dial=lambda target, options: self._cell_access().channel(target, options))
-        wrap = self._decode_role.wrap if self._decode_role else None
-        self.table = table or ModelTable(drain_timeout_s=config.drain_timeout_s, wrap_engine=wrap)
+        self.config = config
+        # Dialled after start() has opened the cell access: prefill replicas check the cell token too.
+        self._decode_role = DecodeRole(dial=lambda target, options: self._cell_access().channel(target, options))
+        self._admin = None  # AdminClient for decode replicas' WatchLoc, made on the first decode load
+        self.table = table or ModelTable(drain_timeout_s=config.drain_timeout_s, wrap_engine=self._take_role)
         self.address = ""
         self.http_address = ""
         self._grpc: grpc.aio.Server | None = None
@@ -116,6 +115,36 @@ class ModelServer:
         self._http_task: asyncio.Task | None = None
         self._join = None  # JoinLoop
         self.access: CellAccess | None = None
+
+    def _take_role(self, name: str, engine, role: str):
+        """The engine as the admin placed it: prefill (as is), decode (prefilling on the model's
+        prefill replicas, found through the admin) or both (as is, unless --prefill-from)."""
+        from tenor.admin.roles import DECODE, PREFILL
+        from tenor.disagg.roles import check_prefill_engine
+
+        if role == PREFILL:
+            check_prefill_engine(name, engine)
+            return engine
+        if self.config.prefill_targets:
+            targets = self.config.prefill_targets
+            return self._decode_role.wrap(name, engine, lambda: targets, strict=role == DECODE)
+        if role != DECODE:
+            return engine
+        from tenor.disagg.targets import PrefillTargets
+
+        watching: list[PrefillTargets] = []  # filled once wrap has accepted the engine
+        wrapped = self._decode_role.wrap(name, engine, lambda: watching[0].addresses() if watching else [],
+                                         on_stop=lambda: [w.close() for w in watching])
+        admin = self._admin_client()
+        watching.append(PrefillTargets(name, lambda: admin))
+        return wrapped
+
+    def _admin_client(self):
+        if self._admin is None:
+            from tenor.client.admin_client import AdminClient
+
+            self._admin = AdminClient(self.config.root, self.config.cell, access=self._cell_access())
+        return self._admin
 
     def _cell_access(self) -> CellAccess:
         if self.access is None:
@@ -192,8 +221,9 @@ class ModelServer:
             self._http.should_exit = True
             await asyncio.wait({self._http_task}, timeout=5)
         await self.table.close()
-        if self._decode_role is not None:
-            await self._decode_role.close()
+        await self._decode_role.close()
+        if self._admin is not None:
+            self._admin.close()
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         if self.access is not None:

@@ -16,6 +16,7 @@ from typing import Callable, Mapping
 import grpc
 
 from tenor import registry
+from tenor.admin.roles import BOTH, parse_role
 from tenor.engine.api import Engine, EngineUnavailableError, HealthState
 from tenor.engine.factory import EngineOptions, create_engine
 from tenor.errors import UserError
@@ -26,6 +27,9 @@ from tenor.server.lm_service import ModelNotServedError, ReadyModel
 Status = common_pb2.ModelStatus
 LATENCY_WINDOW = 1000  # recent requests the percentiles cover
 EngineFactory = Callable[[ServableConfig, "str | None", EngineOptions], Engine]
+# Gives a loaded engine its role (disaggregated serving): the engine itself, or a wrapper
+# such as a decode replica's DecodeEngine; raises (a one-line reason) for a role it cannot take.
+RoleWrapper = Callable[[str, Engine, str], Engine]
 
 
 class LoadFailedError(Exception):
@@ -38,16 +42,18 @@ class LoadFailedError(Exception):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What to load: a registry config, a checkpoint (None: the config's own), overrides."""
+    """What to load: a registry config, a checkpoint (None: the config's own), overrides, and
+    the role it runs in ("both", "prefill" or "decode"; checked when loaded)."""
 
     config_name: str
     checkpoint: str | None
     overrides: tuple[tuple[str, str], ...] = ()
+    role: str = BOTH
 
     @staticmethod
-    def of(config_name: str, checkpoint: str, overrides: Mapping[str, str]) -> "ModelSpec":
+    def of(config_name: str, checkpoint: str, overrides: Mapping[str, str], role: str = "") -> "ModelSpec":
         serving = {k: v for k, v in overrides.items() if k not in ADMIN_KEYS}
-        return ModelSpec(config_name, checkpoint or None, tuple(sorted(serving.items())))
+        return ModelSpec(config_name, checkpoint or None, tuple(sorted(serving.items())), role or BOTH)
 
     def servable(self) -> ServableConfig:
         return registry.get(self.config_name).with_overrides(**serving_overrides(dict(self.overrides)))
@@ -100,10 +106,10 @@ class ModelTable:
         engine_factory: EngineFactory = create_engine,
         options: EngineOptions = EngineOptions(),
         drain_timeout_s: float = 5.0,
-        wrap_engine: Callable[[str, Engine], Engine] | None = None,
+        wrap_engine: RoleWrapper | None = None,
     ) -> None:
         self._engine_factory = engine_factory
-        self._wrap_engine = wrap_engine  # e.g. a decode replica's DecodeEngine (tenor.disagg)
+        self._wrap_engine = wrap_engine  # None: this table runs models interleaved ("both") only
         self._options = options
         self._drain_timeout_s = drain_timeout_s
         self._models: dict[str, ServedModel] = {}
@@ -165,6 +171,10 @@ class ModelTable:
 
     async def _start(self, served: ServedModel) -> None:
         try:
+            role = parse_role(served.spec.role)
+            if role != BOTH and self._wrap_engine is None:
+                raise UserError(f"this model server cannot run a model as {role} (a model-server group "
+                                "does not move KV blocks)")
             served.servable = served.spec.servable()
         except (UserError, ValueError) as exc:
             served.status, served.failure_reason, served.bad_spec = Status.FAILED, _one_line(exc), True
@@ -176,7 +186,7 @@ class ModelTable:
             )
             await served.engine.start()
             if self._wrap_engine is not None:
-                served.engine = self._wrap_engine(served.name, served.engine)
+                served.engine = self._wrap_engine(served.name, served.engine, role)
         except Exception as exc:  # any load failure is the model's, never the server's
             served.status = Status.FAILED
             served.failure_reason = _one_line(exc)
@@ -226,6 +236,7 @@ def model_state(served: ServedModel) -> modelet_pb2.ModelState:
         loaded_at=served.loaded_at,
         requests_ok=served.requests_ok,
         requests_failed=served.requests_failed,
+        role=served.spec.role,
     )
 
 
@@ -235,7 +246,7 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
         self._started = time.monotonic() if started_at is None else started_at
 
     async def Load(self, request: modelet_pb2.LoadRequest, context: grpc.aio.ServicerContext) -> modelet_pb2.LoadResponse:
-        spec = ModelSpec.of(request.config_name, request.checkpoint, request.overrides)
+        spec = ModelSpec.of(request.config_name, request.checkpoint, request.overrides, request.role)
         try:
             await self._table.load(request.model_name, spec)
         except LoadFailedError as exc:
@@ -249,9 +260,10 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
     async def UpdateLoaded(
         self, request: modelet_pb2.UpdateLoadedRequest, context: grpc.aio.ServicerContext
     ) -> modelet_pb2.UpdateLoadedResponse:
-        spec = ModelSpec.of(
-            self._current_config(request.model_name), request.checkpoint, request.overrides
-        )
+        current = next((s for s in self._table.models() if s.name == request.model_name), None)
+        spec = ModelSpec.of(  # a reload keeps the config and the role
+            current.spec.config_name if current else "", request.checkpoint, request.overrides,
+            current.spec.role if current else "")
         try:
             await self._table.update_loaded(request.model_name, spec)
         except ModelNotServedError as exc:
@@ -275,10 +287,6 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
             memory_used_bytes=memory,
         )
         return modelet_pb2.GetStatusResponse(models=states, server=server)
-
-    def _current_config(self, name: str) -> str:
-        served = next((s for s in self._table.models() if s.name == name), None)
-        return served.spec.config_name if served is not None else ""
 
 
 def _load_failure_code(exc: LoadFailedError) -> grpc.StatusCode:

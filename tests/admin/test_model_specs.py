@@ -61,3 +61,14 @@ def test_good_specs_pass() -> None:
     validate_spec(spec(config="llama.SmolLM2_135M_Instruct"), CELL)  # has a default checkpoint
     with pytest.raises(ValueError, match="replicas must be an integer >= 0"):
         spec(replicas=-1)
+
+
+def test_disaggregation_keys_are_the_admins_and_place_single_processes() -> None:
+    split = {"disaggregated": "true", "prefill_replicas": "1", "decode_replicas": "2"}
+    placement = validate_spec(spec(replicas=3, **split), CELL)
+    assert placement.roles is not None and placement.roles.demand() == (("prefill", 1), ("decode", 2))
+    assert placement.group_sizes == (1,)  # test.TinyLlamaRandom may run on groups of 2, but groups move no KV
+    assert placement_of(spec()).group_sizes == (1, 2)
+    assert model_server_overrides({**split, "max_batch_size": "2"}) == {"max_batch_size": "2"}
+    with pytest.raises(UserError, match="replica count 2 must equal"):
+        validate_spec(spec(replicas=2, **split), CELL)

@@ -25,3 +25,13 @@ def test_page_lists_models_replicas_and_servers_escaped() -> None:
 def test_standby_page_names_the_leader() -> None:
     page = render_html("/tenor/c", "standby", "10.0.0.1:10000", None, None)
     assert "<b>standby</b>" in page and "Active admin: 10.0.0.1:10000" in page and "<h2>" not in page
+
+
+def test_page_names_prefill_and_decode_roles() -> None:
+    models = admin_pb2.ListResponse(models=[admin_pb2.PublishedModel(
+        model=admin_pb2.Model(model_name="/tenor/c/lm", config_name="test.TinyLlamaRandom", requested_replicas=2),
+        addresses=["h:1", "h:2"],
+        replicas=[admin_pb2.Replica(address="h:1", status=common_pb2.LOADED, role="prefill"),
+                  admin_pb2.Replica(address="h:2", status=common_pb2.LOADING, role="decode")])])
+    page = render_html("/tenor/c", "leader", "", models, None)
+    assert "h:1 (LOADED, prefill), h:2 (LOADING, decode)" in page and "2/2" in page

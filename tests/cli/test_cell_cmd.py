@@ -73,11 +73,42 @@ def test_publish_ls_update_watch_unpublish(cell, capsys) -> None:
     (["unpublish", "/tenor/cli/absent"], "model /tenor/cli/absent is not published"),
     (["ls", "/tenor/cli/absent"], "model /tenor/cli/absent is not published"),
     (["ls", "/sax/cli"], "bad cell or model name"),
+    (["publish", MODEL, "test.TinyLlamaRandom", "None", "2", "prefill_replicas=1", "decode_replicas=1"],
+     "prefill_replicas needs disaggregated=true"),
+    (["publish", MODEL, "test.TinyLlamaRandom", "None", "0", "disaggregated=true", "prefill_replicas=-1",
+      "decode_replicas=1"], "prefill_replicas must be >= 1 with disaggregated=true, got -1"),
+    (["publish", MODEL, "test.TinyLlamaRandom", "None", "2", "disaggregated=true", "prefill_replicas=1.5",
+      "decode_replicas=1"], "prefill_replicas must be a whole number >= 1, got '1.5'"),
+    (["publish", MODEL, "test.TinyLlamaRandom", "None", "1", "disaggregated=true", "prefill_replicas=1",
+      "decode_replicas=0"], "decode_replicas must be >= 1"),
+    (["publish", MODEL, "test.TinyLlamaRandom", "None", "3", "disaggregated=true", "prefill_replicas=1",
+      "decode_replicas=1"], "replica count 3 must equal prefill_replicas + decode_replicas (1 + 1 = 2)"),
+    (["publish", MODEL, "test.LmSpmdRandom", "None", "2", "disaggregated=true", "prefill_replicas=1",
+      "decode_replicas=1"], "runs only on model-server groups of 2, which cannot move KV blocks"),
+    (["update", MODEL, "decode_replicas=x"], "decode_replicas must be a whole number >= 1"),
 ])
 def test_bad_input_is_one_line_and_exit_2(shared_root, capsys, argv, message) -> None:
     code, out, err = run(capsys, *argv, "--root", shared_root)
     assert code == 2 and out == ""
     assert err.startswith("tenor: error: ") and message in err and err.count("\n") == 1
+
+
+def test_publish_disaggregated_and_ls_shows_roles(cell, capsys) -> None:
+    root, servers = cell
+    argv = ["publish", MODEL, "test.TinyLlamaRandom", "None", "2", "disaggregated=true", "prefill_replicas=1",
+            "decode_replicas=1"]
+    assert run(capsys, *argv) == (0, "", "")
+
+    def listed() -> str:
+        _, text, _ = run(capsys, "ls", MODEL)
+        return text if "2 replica(s)" not in text and all(s.address in text for s in servers) else ""
+
+    out = wait_until(listed, 10, "both replicas serving in ls")
+    roles = {s.modelet.models[MODEL].role: s.address for s in servers}
+    assert set(roles) == {"prefill", "decode"}
+    assert f"{roles['prefill']} (prefill)" in out and f"{roles['decode']} (decode)" in out
+    code, out, _ = run(capsys, "watch", MODEL, "--updates", "1")  # clients see the decode replica only
+    assert code == 0 and out == f"Reset\n+ {roles['decode']}\n"
 
 
 def test_publishing_an_existing_name_fails(cell, capsys) -> None:

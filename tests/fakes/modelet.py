@@ -26,6 +26,7 @@ class FakeModel:
     status: int = common_pb2.LOADING
     failure_reason: str = ""
     loaded_at: float = 0.0
+    role: str = "both"
 
 
 class FakeModelet(modelet_pb2_grpc.ModeletServicer):
@@ -60,7 +61,8 @@ class FakeModelet(modelet_pb2_grpc.ModeletServicer):
             current = self.models.get(request.model_name)
             if current is not None and current.status == common_pb2.LOADED:
                 return modelet_pb2.LoadResponse()
-            model = FakeModel(request.config_name, request.checkpoint, dict(request.overrides))
+            model = FakeModel(request.config_name, request.checkpoint, dict(request.overrides),
+                              role=request.role or "both")
             self.models[request.model_name] = model
             self.loads[request.model_name] += 1
         self._finish_load(request.model_name, model, context)
@@ -71,7 +73,7 @@ class FakeModelet(modelet_pb2_grpc.ModeletServicer):
             old = self.models.get(request.model_name)
             if old is None:
                 context.abort(grpc.StatusCode.NOT_FOUND, f"{request.model_name} is not loaded")
-            model = FakeModel(old.config_name, request.checkpoint, dict(request.overrides))
+            model = FakeModel(old.config_name, request.checkpoint, dict(request.overrides), role=old.role)
             self.models[request.model_name] = model
             self.updates[request.model_name] += 1
         self._finish_load(request.model_name, model, context)
@@ -87,7 +89,7 @@ class FakeModelet(modelet_pb2_grpc.ModeletServicer):
         with self.lock:
             models = [modelet_pb2.ModelState(model_name=n, config_name=m.config_name, checkpoint=m.checkpoint,
                                              status=m.status, failure_reason=m.failure_reason, queue_depth=1,
-                                             latency_p50_ms=12.0, loaded_at=m.loaded_at)
+                                             latency_p50_ms=12.0, loaded_at=m.loaded_at, role=m.role)
                       for n, m in sorted(self.models.items())]
         return modelet_pb2.GetStatusResponse(models=models, server=modelet_pb2.ServerStats(uptime_s=1.0))
 

@@ -1,0 +1,58 @@
+"""Where a decode replica finds its model's prefill replicas: the admin's WatchLoc with
+role "prefill", kept current in a background thread (tenor.client.location.LocationWatcher).
+
+RemotePrefill reads `addresses()` at each request, so a prefill replica that joins is used
+from its next request and one that goes away is skipped. While the admin is away the last
+known set stays (the prefill replicas usually still serve); with none known, the decode
+replica prefills locally, so requests still succeed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import grpc
+
+from tenor.admin.roles import PREFILL
+from tenor.client.location import LocationWatcher, ModelNotFoundError, Replicas
+
+
+class PrefillTargets:
+    """One decode replica's view of one model's prefill replicas, until close()."""
+
+    def __init__(self, model_name: str, admin: Callable[[], object]) -> None:
+        self._admin = admin  # -> AdminClient, shared by the server's models, made on first use
+        self._replicas = Replicas()
+        self._lock = threading.Lock()
+        self._watch = None  # the current LocationWatch, closed to end its stream
+        self._closed = False
+        self._watcher = LocationWatcher(model_name, self._addresses_from_admin, self._replicas).start()
+
+    def addresses(self) -> list[str]:
+        return list(self._replicas.addresses())
+
+    def _addresses_from_admin(self, name: str) -> Iterator[tuple[str, ...]]:
+        from tenor.client.admin_client import AdminError
+
+        watch = self._admin().watch_loc(name, PREFILL)
+        with self._lock:
+            if self._closed:
+                return
+            self._watch = watch
+        try:
+            for update in watch:
+                yield update.addresses
+        except AdminError as exc:
+            if exc.code == grpc.StatusCode.NOT_FOUND:
+                raise ModelNotFoundError(str(exc)) from None
+            raise
+        finally:
+            watch.close()
+
+    def close(self) -> None:
+        self._watcher.stop()
+        with self._lock:
+            self._closed = True
+            if self._watch is not None:
+                self._watch.close()
