@@ -29,9 +29,9 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tenor` 
 from benchmarks.peer_servers import PeerOptions, RunningServer, server_specs  # noqa: E402
 from tenor.bench.metrics import BenchSummary  # noqa: E402
 from tenor.bench.report import format_table, write_json  # noqa: E402
-from tenor.hardware import cpu_info  # noqa: E402
 from tenor.bench.serving import ServingBenchConfig, run_benchmark  # noqa: E402
 from tenor.checkpoints.default_model import default_gguf_path  # noqa: E402
+from tenor.hardware import cpu_info  # noqa: E402
 
 REFERENCE = "llama.cpp"
 

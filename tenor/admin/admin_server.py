@@ -21,13 +21,19 @@ import grpc
 from tenor.admin import reports
 from tenor.admin.address_book import BookClosed, ModelGone
 from tenor.admin.election import Election
-from tenor.admin.manager import (AlreadyExistsError, Manager, ManagerOptions, NotFoundError, NotLeaderError,
-                                 NotReadyError)
+from tenor.admin.manager import (
+    AlreadyExistsError,
+    Manager,
+    ManagerOptions,
+    NotFoundError,
+    NotLeaderError,
+    NotReadyError,
+)
 from tenor.admin.naming import CellName, parse_model_name
 from tenor.admin.servers import ServerSpecView
 from tenor.admin.status_page import StatusPage, render_html
-from tenor.auth.channels import CellCredentials, open_access
 from tenor.admin.store import AdminLocation, StoreError, open_store
+from tenor.auth.channels import CellCredentials, open_access
 from tenor.errors import UserError
 from tenor.proto import admin_pb2, admin_pb2_grpc
 

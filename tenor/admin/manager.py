@@ -15,8 +15,8 @@ import itertools
 import logging
 import time
 import uuid
-from typing import Callable
 from dataclasses import dataclass, field
+from typing import Callable
 
 from tenor.admin.address_book import AddressBook, AddressSet
 from tenor.admin.assigner import ModelDemand, ReplicaStatus, assign

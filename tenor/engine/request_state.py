@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from tenor.engine.api import FinishReason, GenerateRequest, RequestOutput, SampleDelta, TokenLogprob, Tokenizer
+from tenor.engine.api import FinishReason, GenerateRequest, RequestOutput, SampleDelta, Tokenizer, TokenLogprob
 from tenor.engine.output import SampleText
 from tenor.engine.sampling import SampledToken, make_generator
 from tenor.engine.sequence import Sequence

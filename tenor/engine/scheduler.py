@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tenor.engine.block_manager import ROOT_KEY, BlockManager, block_key
-from tenor.engine.sequence import Sequence, SeqStatus
+from tenor.engine.sequence import SeqStatus, Sequence
 
 
 @dataclass(frozen=True)

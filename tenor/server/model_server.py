@@ -28,9 +28,9 @@ from prometheus_client.registry import Collector
 
 from tenor.auth.channels import CellAccess, CellCredentials, open_access
 from tenor.engine.api import HealthState
-from tenor.server.http.connection_limits import ConnectionLimits
 from tenor.errors import UserError
 from tenor.proto import common_pb2, jetstream_pb2_grpc, lm_pb2_grpc, modelet_pb2_grpc
+from tenor.server.http.connection_limits import ConnectionLimits
 from tenor.server.lm_service import LMService
 from tenor.server.modelet_service import ModeletService, ModelTable, Status, model_state
 from tenor.server.orchestrator import jetstream_orchestrator

@@ -29,8 +29,8 @@ from fastapi import FastAPI
 from tenor.engine.api import Engine, EngineUnavailableError
 from tenor.errors import UserError
 from tenor.server.http.app import begin_drain, build_app, context_of
-from tenor.server.pipeline import RequestPipeline
 from tenor.server.http.connection_limits import ConnectionLimits, uvicorn_options
+from tenor.server.pipeline import RequestPipeline
 
 # After the engine drained, how long uvicorn may take to flush the last bytes and close.
 # An engine that let requests run past its drain timeout has them cut off here.

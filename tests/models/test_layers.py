@@ -10,7 +10,12 @@ import torch.nn.functional as F
 from tenor.hardware import fbgemm_fp16_available
 from tenor.models import native
 from tenor.models.kernels import (
-    DenseKernel, Fp16Kernel, Int8BlockKernel, Int8WeightOnlyKernel, OneDnnKernel, onednn_pack,
+    DenseKernel,
+    Fp16Kernel,
+    Int8BlockKernel,
+    Int8WeightOnlyKernel,
+    OneDnnKernel,
+    onednn_pack,
 )
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, decode_attention
 

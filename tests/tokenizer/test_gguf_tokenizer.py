@@ -8,7 +8,6 @@ from tenor.errors import CheckpointError, UserError
 from tenor.tokenizer import load_tokenizer
 from tenor.tokenizer.gguf_metadata import read_gguf_metadata
 from tenor.tokenizer.gguf_tokenizer import byte_alphabet
-
 from tests.tokenizer.conftest import write_tiny_gguf
 
 MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "1 2", "12 3", "Ġ Ġ", "Ġ 1", "' s", "Ġ ä"]

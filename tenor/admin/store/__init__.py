@@ -8,8 +8,15 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
 from tenor.admin.naming import CellName
-from tenor.admin.store.base import (AdminLocation, CellState, CellStore, Leadership, LostLeadership,
-                                    ModelSpec, StoreError)
+from tenor.admin.store.base import (
+    AdminLocation,
+    CellState,
+    CellStore,
+    Leadership,
+    LostLeadership,
+    ModelSpec,
+    StoreError,
+)
 from tenor.errors import UserError
 
 ROOT_ENV = "TENOR_ROOT"
