@@ -160,7 +160,8 @@ register(ServableConfig("test.TinyLlamaRandom", TINY_LLAMA, dtype="float32", qua
 register(ServableConfig("test.TinyGPTJRandom", TINY_GPTJ, dtype="float32", quantize="none", max_batch_size=8,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
                         random_weights=True))
-register(ServableConfig("test.LmSpmdRandom", LM_SPMD, dtype="float32", quantize="none", max_batch_size=8, tokenized=True,
+register(ServableConfig("test.LmSpmdRandom", LM_SPMD, dtype="float32", quantize="none", max_batch_size=8,
+                        tokenized=True,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
                         random_weights=True))
 

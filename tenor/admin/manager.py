@@ -60,7 +60,8 @@ class ManagerOptions:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.prune_after_s < self.poll_interval_s:
-            raise ValueError(f"prune_after_s ({self.prune_after_s}) must be >= poll_interval_s ({self.poll_interval_s})")
+            raise ValueError(f"prune_after_s ({self.prune_after_s}) "
+                             f"must be >= poll_interval_s ({self.poll_interval_s})")
         if self.max_load_attempts < 1:
             raise ValueError(f"max_load_attempts must be >= 1, got {self.max_load_attempts}")
         if self.startup_grace_s < 0:

@@ -130,7 +130,8 @@ class DecodeScratch:
 
 
 def paged_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor,
-                           lengths: torch.Tensor, block_size: int, max_len: int, scratch: DecodeScratch) -> torch.Tensor:
+                           lengths: torch.Tensor, block_size: int, max_len: int,
+                           scratch: DecodeScratch) -> torch.Tensor:
     """q [B, H, E]; k, v [K, slots, E] (one layer, contiguous); table [B, N] int64; lengths [B]
     int64 -> [B, H, E], each sequence attending to its first lengths[b] cached tokens."""
     batch, heads, dim = q.shape

@@ -245,7 +245,8 @@ class _TableCollector(Collector):
         self._table = table
 
     def collect(self) -> Iterator[Metric]:
-        status = GaugeMetricFamily("tenor:model_status", "1 for the model's current status.", labels=["model", "status"])
+        status = GaugeMetricFamily("tenor:model_status", "1 for the model's current status.",
+                                   labels=["model", "status"])
         queue = GaugeMetricFamily("tenor:model_queue_depth", "Requests waiting.", labels=["model"])
         running = GaugeMetricFamily("tenor:model_running", "Requests being decoded.", labels=["model"])
         latency = GaugeMetricFamily(
@@ -258,7 +259,8 @@ class _TableCollector(Collector):
             status.add_metric([served.name, Status.Name(state.status)], 1)
             queue.add_metric([served.name], state.queue_depth)
             running.add_metric([served.name], state.running)
-            for q, value in (("0.5", state.latency_p50_ms), ("0.95", state.latency_p95_ms), ("0.99", state.latency_p99_ms)):
+            quantiles = (("0.5", state.latency_p50_ms), ("0.95", state.latency_p95_ms), ("0.99", state.latency_p99_ms))
+            for q, value in quantiles:
                 latency.add_metric([served.name, q], value)
             ok.add_metric([served.name], state.requests_ok)
             failed.add_metric([served.name], state.requests_failed)

@@ -227,7 +227,8 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
         self._table = table
         self._started = time.monotonic() if started_at is None else started_at
 
-    async def Load(self, request: modelet_pb2.LoadRequest, context: grpc.aio.ServicerContext) -> modelet_pb2.LoadResponse:
+    async def Load(self, request: modelet_pb2.LoadRequest,
+                   context: grpc.aio.ServicerContext) -> modelet_pb2.LoadResponse:
         spec = ModelSpec.of(request.config_name, request.checkpoint, request.overrides)
         try:
             await self._table.load(request.model_name, spec)
@@ -235,7 +236,8 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
             await context.abort(_load_failure_code(exc), str(exc))
         return modelet_pb2.LoadResponse()
 
-    async def Unload(self, request: modelet_pb2.UnloadRequest, context: grpc.aio.ServicerContext) -> modelet_pb2.UnloadResponse:
+    async def Unload(self, request: modelet_pb2.UnloadRequest,
+                     context: grpc.aio.ServicerContext) -> modelet_pb2.UnloadResponse:
         await self._table.unload(request.model_name)
         return modelet_pb2.UnloadResponse()
 
