@@ -61,7 +61,8 @@ def test_float_linear_matches_f_linear(dtype, bias):
 
 def test_onednn_packing_follows_the_cpu():
     packed = onednn_pack(torch.randn(8, 8))
-    if torch.backends.cpu.get_cpu_capability() in ("AVX512", "AVX512_BF16", "AMX") and torch.backends.mkldnn.is_available():
+    if (torch.backends.cpu.get_cpu_capability() in ("AVX512", "AVX512_BF16", "AMX")
+            and torch.backends.mkldnn.is_available()):
         assert packed is not None
     else:
         assert packed is None  # slower than F.linear at batch 1 without AVX-512
