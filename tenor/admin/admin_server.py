@@ -85,11 +85,13 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         manager = self.manager
         if manager is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "this admin is a standby, not the leader")
+            raise AssertionError("unreachable: context.abort raises")  # grpc's stubs say it returns None
         try:
             return await call(manager)
         except tuple(e for e, _ in _CODES) as exc:
             code = next(c for e, c in _CODES if isinstance(exc, e))
             await context.abort(code, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            raise AssertionError("unreachable: context.abort raises")
 
     async def Publish(self, request, context):
         async def call(m: Manager) -> admin_pb2.PublishResponse:
@@ -146,6 +148,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         manager = self.manager
         if manager is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "this admin is a standby, not the leader")
+            raise AssertionError("unreachable: context.abort raises")  # grpc's stubs say it returns None
         try:
             parse_model_name(request.model_name)
             manager.get(request.model_name)

@@ -16,7 +16,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from tenor.admin.address_book import AddressBook, AddressSet
 from tenor.admin.assigner import ModelDemand, ReplicaStatus, assign
@@ -231,7 +231,7 @@ class Manager:
                 server.spec, server.http_address = spec, http_address
                 self._wake.set()
             return
-        dial = {"dial": self._dial} if self._dial is not None else {}
+        dial: dict[str, Any] = {"dial": self._dial} if self._dial is not None else {}
         server = ModelServer(address, http_address, spec, self._on_result, self.options.rpc_timeout_s,
                              self.options.load_timeout_s, **dial)
         self.servers[address] = server

@@ -19,7 +19,7 @@ import os
 import signal
 import socket
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import grpc
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -34,6 +34,12 @@ from tenor.server.http.connection_limits import ConnectionLimits
 from tenor.server.lm_service import LMService
 from tenor.server.modelet_service import ModeletService, ModelTable, Status, model_state
 from tenor.server.orchestrator import jetstream_orchestrator
+
+if TYPE_CHECKING:  # imported lazily at run time: they are heavy or only used on some paths
+    import uvicorn
+    from starlette.routing import BaseRoute
+
+    from tenor.server.join_loop import JoinLoop
 
 log = logging.getLogger(__name__)
 PLATFORMS = ("cpu", "cuda")
@@ -101,9 +107,9 @@ class ModelServer:
         self.address = ""
         self.http_address = ""
         self._grpc: grpc.aio.Server | None = None
-        self._http = None  # uvicorn.Server
+        self._http: uvicorn.Server | None = None
         self._http_task: asyncio.Task | None = None
-        self._join = None  # JoinLoop
+        self._join: JoinLoop | None = None
         self.access: CellAccess | None = None
 
     def _open_access(self) -> CellAccess:
@@ -185,7 +191,7 @@ class HttpFace:
 
         self._table = table
         self._body_timeout_s = body_timeout_s
-        self._mounted: dict[str, tuple[object, object]] = {}  # short name -> (engine, app)
+        self._mounted: dict[str, tuple[object, Any]] = {}  # short name -> (engine, app)
         self._registry = CollectorRegistry(auto_describe=True)
         self._registry.register(_TableCollector(table))
         self.app = FastAPI(title="tenor model server")
@@ -225,12 +231,14 @@ class HttpFace:
                 changed = True
         for key, model in loaded.items():
             if key not in self._mounted:
+                assert model.engine is not None and model.servable is not None  # LOADED models have both
                 app = build_app(model.engine, served_model_name=model.name, tokenized=model.servable.tokenized,
                                 body_timeout_s=self._body_timeout_s)
                 self._mounted[key] = (model.engine, app)
                 changed = True
         if changed:
-            mounts = [Mount(f"/models/{key}", app=app) for key, (_, app) in sorted(self._mounted.items())]
+            mounts: list[BaseRoute] = [
+                Mount(f"/models/{key}", app=app) for key, (_, app) in sorted(self._mounted.items())]
             self.app.router.routes = self._base_routes + mounts
 
 

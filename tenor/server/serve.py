@@ -200,7 +200,9 @@ async def _serve_in(
 
         config = uvicorn.Config(
             app, lifespan="off", log_level=options.log_level, access_log=options.log_level in ("info", "debug"),
-            timeout_graceful_shutdown=CLOSE_GRACE_S, **uvicorn_options(options.limits),
+            # uvicorn's annotation says int; it hands the value to asyncio.wait_for, which takes a float.
+            timeout_graceful_shutdown=CLOSE_GRACE_S,  # type: ignore[arg-type]
+            **uvicorn_options(options.limits),
         )
         server = _Uvicorn(config, announce)
         serving = asyncio.create_task(server.serve(sockets=[sock]))
