@@ -30,6 +30,7 @@ from tenor.engine.api import (
     RequestOutput,
     RuntimeInfo,
     SamplingParams,
+    Tokenizer,
 )
 from tenor.engine.block_manager import BlockManager
 from tenor.engine.model_loader import LoadedModel, load_model
@@ -56,7 +57,7 @@ class LLMEngine:
         self.servable = servable
         self.model_name = servable.name
         self.limits = EngineLimits(servable.max_prefill_predict_length, servable.max_target_length)
-        self.tokenizer = None  # set once loaded
+        self.tokenizer: Tokenizer = None  # type: ignore[assignment]  # set once loaded, before any request
         self._checkpoint = checkpoint
         self._options = options
         self._state = HealthState.LOADING
@@ -281,10 +282,10 @@ class LLMEngine:
                 self._scheduler.add(seq)
             self._prompt_tokens += len(state.request.prompt_token_ids)
         for request_id in aborts:
-            state = self._requests.get(request_id)
-            if state is not None:
-                state.abort()
-                self._retire(state)
+            aborted = self._requests.get(request_id)
+            if aborted is not None:
+                aborted.abort()
+                self._retire(aborted)
 
     def _step(self) -> None:
         plan = self._scheduler.schedule()

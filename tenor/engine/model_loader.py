@@ -7,19 +7,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from tenor.engine.api import Tokenizer
 from tenor.errors import UserError
 from tenor.hardware import Precision, resolve_precision
 from tenor.models.config import ModelConfig
+from tenor.models.decoder import DecoderLM
 from tenor.models.model import build_model, parse_dtype, random_weights
 from tenor.registry import ServableConfig
 
 
 @dataclass
 class LoadedModel:
-    model: nn.Module
+    model: DecoderLM
     config: ModelConfig
     tokenizer: Tokenizer
     dtype: torch.dtype

@@ -49,7 +49,7 @@ class RequestState:
         seq.token_ids.append(pick.token_id)
         seq.cumulative_logprob += pick.logprob
         delta = self._texts[i].add(pick.token_id, len(seq.token_ids))
-        logprobs = ()
+        logprobs: tuple[TokenLogprob, ...] = ()
         if self.request.sampling.logprobs is not None:
             logprobs = (TokenLogprob(pick.token_id, pick.logprob, pick.top),)
         self._pending.append(SampleDelta(i, (pick.token_id,), delta.text, seq.cumulative_logprob, logprobs,
