@@ -89,6 +89,12 @@ def available() -> bool:
     return library() is not None
 
 
+def _built() -> ctypes.CDLL:
+    lib = library()
+    assert lib is not None, "callers check available() first"
+    return lib
+
+
 def _ptr(t: torch.Tensor) -> int:
     return t.data_ptr()
 
@@ -96,7 +102,7 @@ def _ptr(t: torch.Tensor) -> int:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x [T, D] float32 contiguous -> RMSNorm(x) * weight."""
     out = torch.empty_like(x)
-    library().tenor_rms_norm_f32(_ptr(x), _ptr(weight), _ptr(out), x.shape[0], x.shape[1], eps)
+    _built().tenor_rms_norm_f32(_ptr(x), _ptr(weight), _ptr(out), x.shape[0], x.shape[1], eps)
     return out
 
 
@@ -104,7 +110,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """gate_up [T, 2F] float32 contiguous -> silu(gate) * up [T, F]."""
     rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty(rows, inter, dtype=gate_up.dtype)
-    library().tenor_silu_mul_f32(_ptr(gate_up), _ptr(out), rows, inter)
+    _built().tenor_silu_mul_f32(_ptr(gate_up), _ptr(out), rows, inter)
     return out
 
 
@@ -113,7 +119,7 @@ def rotary_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_c
     """In place: rotates the q and k heads of qkv [T, (H + 2K) * E] (Llama's rotate-half over whole
     heads; cos, sin [T, E] contiguous with the sign in sin) and writes k, v to the cache [K, S, E]."""
     dim = k_cache.shape[2]
-    library().tenor_rotary_kv_write_f32(_ptr(qkv), _ptr(cos), _ptr(sin), _ptr(k_cache), _ptr(v_cache), _ptr(slots),
+    _built().tenor_rotary_kv_write_f32(_ptr(qkv), _ptr(cos), _ptr(sin), _ptr(k_cache), _ptr(v_cache), _ptr(slots),
                                         qkv.shape[0], num_heads, num_kv_heads, dim, k_cache.shape[1])
 
 
@@ -140,7 +146,7 @@ def paged_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ta
     out = torch.empty_like(q)
     threads = torch.get_num_threads()
     buffer = scratch.get(threads * (heads // kv_heads) * max_len)
-    library().tenor_paged_decode_attention_f32(
+    _built().tenor_paged_decode_attention_f32(
         _ptr(q), _ptr(k), _ptr(v), _ptr(table), _ptr(lengths), _ptr(out), _ptr(buffer),
         batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len, dim ** -0.5, threads)
     return out
@@ -170,10 +176,12 @@ def quantize_u8_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
         if best_q is None:
             best_q, best_scale, best_min, best_error = q, scale, minimum, error
             continue
+        assert best_scale is not None and best_min is not None and best_error is not None  # set on the first pass
         better = error < best_error
         best_q = torch.where(better[..., None], q, best_q)
         best_scale, best_min = torch.where(better, scale, best_scale), torch.where(better, minimum, best_min)
         best_error = torch.minimum(error, best_error)
+    assert best_q is not None and best_scale is not None and best_min is not None  # candidates is not empty
     return (best_q.to(torch.uint8).reshape(out_features, in_features).contiguous(), best_scale.contiguous(),
             best_min.contiguous())
 
@@ -183,7 +191,7 @@ def u8_block_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor,
     """x [R, IN] float32 contiguous, R <= INT8_MAX_ROWS -> [R, OUT]."""
     rows, out_features = x.shape[0], weight.shape[0]
     out = torch.empty(rows, out_features)
-    library().tenor_u8_block_linear_f32(_ptr(x), _ptr(weight), _ptr(scales), _ptr(mins),
+    _built().tenor_u8_block_linear_f32(_ptr(x), _ptr(weight), _ptr(scales), _ptr(mins),
                                        None if bias is None else _ptr(bias), _ptr(out), rows, x.shape[1],
                                        out_features, torch.get_num_threads())
     return out
