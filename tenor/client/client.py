@@ -31,7 +31,7 @@ from tenor.proto import lm_pb2, lm_pb2_grpc
 
 if TYPE_CHECKING:  # imported lazily at run time (only a cell root needs them)
     from tenor.admin.store import CellStore
-    from tenor.client.admin_client import AdminClient
+    from tenor.client.admin_client import AdminClient, LocationWatch
 
 T = TypeVar("T")
 ExtraValue = float | int | str
@@ -113,7 +113,7 @@ class Model:
         self._channels = _Channels(self._access)
         self._watcher: LocationWatcher | None = None
         self._admin: AdminClient | None = None  # once watching
-        self._location_watch = None  # its LocationWatch, closed to end the watcher's stream
+        self._location_watch: LocationWatch | None = None  # its LocationWatch, closed to end the watcher's stream
         self._lock = threading.Lock()
 
     def lm(self) -> "LanguageModel":

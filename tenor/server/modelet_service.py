@@ -209,7 +209,7 @@ def model_state(served: ServedModel) -> modelet_pb2.ModelState:
         model_name=served.name,
         config_name=served.spec.config_name,
         checkpoint=served.spec.checkpoint or "",
-        status=served.status,
+        status=served.status,  # type: ignore[arg-type]  # an enum value held as int; the stubs want the enum type
         failure_reason=served.failure_reason,
         queue_depth=stats.num_waiting if stats else 0,
         running=stats.num_running if stats else 0,
