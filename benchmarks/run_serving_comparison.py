@@ -133,8 +133,9 @@ def comparison_markdown(rows: list[Row]) -> str:
             lines.append(
                 f"| {r.server} | {s.completed}/{s.failed}/{s.cut_off + s.not_sent} "
                 f"| {_num(s.request_throughput, 3)} | {_num(s.output_throughput)} "
-                f"| {_ratio(s.output_throughput, ref and ref.output_throughput)} | {_num(s.ttft.p50_ms)} "
-                f"| {_num(s.ttft.p99_ms)} | {_num(s.tpot.p50_ms)} | {_ratio(s.tpot.p50_ms, ref and ref.tpot.p50_ms)} "
+                f"| {_ratio(s.output_throughput, ref.output_throughput if ref else None)} | {_num(s.ttft.p50_ms)} "
+                f"| {_num(s.ttft.p99_ms)} | {_num(s.tpot.p50_ms)} "
+                f"| {_ratio(s.tpot.p50_ms, ref.tpot.p50_ms if ref else None)} "
                 f"| {_num(s.itl.p50_ms)} | {_num(s.e2el.p50_ms)} |"
             )
     return "\n".join(lines) + "\n"
