@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from tenor import memory as memory_model
 from tenor.errors import UserError
@@ -55,8 +55,10 @@ class ServableConfig:
                 f"{self.max_prefill_predict_length} and {self.max_target_length}"
             )
 
-    def with_overrides(self, **overrides: object) -> "ServableConfig":
-        """A copy with serving parameters changed (publish's key=value overrides)."""
+    def with_overrides(self, **overrides: Any) -> "ServableConfig":
+        """A copy with serving parameters changed (publish's key=value overrides).
+
+        Values are untyped user input: __post_init__ (via dataclasses.replace) checks them."""
         allowed = {f.name for f in dataclasses.fields(self)} - {"name", "model"}
         unknown = sorted(set(overrides) - allowed)
         if unknown:
