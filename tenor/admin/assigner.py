@@ -43,13 +43,14 @@ class ServerView:
     servable_configs: frozenset[str] = frozenset()  # empty: every config
     models: tuple[tuple[str, ReplicaStatus], ...] = ()  # (model name, status), as the admin believes
     draining: bool = False  # missed its last heartbeat: keeps what it has, gets nothing new, gives up first
+    group_size: int = 1  # ranks of its model-server group (one process: 1)
 
     def status_of(self, model: str) -> ReplicaStatus | None:
         return next((s for name, s in self.models if name == model), None)
 
-    def can_serve(self, config_name: str, constraints: frozenset[str]) -> bool:
+    def can_serve(self, config_name: str, constraints: frozenset[str], group_sizes: tuple[int, ...] = (1,)) -> bool:
         configs_ok = not self.servable_configs or config_name in self.servable_configs
-        return configs_ok and constraints <= (self.tags | {self.platform})
+        return configs_ok and constraints <= (self.tags | {self.platform}) and self.group_size in group_sizes
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class ModelDemand:
     constraints: frozenset[str] = frozenset()
     failed_on: frozenset[str] = frozenset()  # servers where this generation failed to load
     gave_up: bool = False  # load attempts exhausted: place nothing new
+    group_sizes: tuple[int, ...] = (1,)  # model-server group sizes that may hold a replica
 
 
 @dataclass(frozen=True, order=True)
@@ -108,10 +110,13 @@ def _initial_room(servers: Sequence[ServerView], needs: dict[str, int]) -> _Room
 def _shortfall_reason(model: ModelDemand, servers: Sequence[ServerView], room: _Room, taken: set[str]) -> str:
     if not servers:
         return "no model server has joined the cell"
-    serving = [s for s in servers if s.can_serve(model.config_name, model.constraints) and not s.draining]
+    serving = [s for s in servers
+               if s.can_serve(model.config_name, model.constraints, model.group_sizes) and not s.draining]
     if not serving:
         tags = ",".join(sorted(model.constraints))
-        return f"no server offers {model.config_name}" + (f" with tags {tags}" if tags else "")
+        groups = "" if model.group_sizes == (1,) else \
+            f" as a group of {' or '.join(str(n) for n in model.group_sizes)}"
+        return f"no server offers {model.config_name}" + (f" with tags {tags}" if tags else "") + groups
     others = [s for s in serving if s.address not in taken]
     if not others:
         return f"all {len(serving)} eligible server(s) already hold a replica"
@@ -141,7 +146,7 @@ def _place(model: ModelDemand, servers: Sequence[ServerView], missing: int,
             if s.status_of(model.name) in (None, ReplicaStatus.FAILED)
             and not s.draining
             and s.address not in model.failed_on
-            and s.can_serve(model.config_name, model.constraints)
+            and s.can_serve(model.config_name, model.constraints, model.group_sizes)
             and room.free[s.address] >= model.memory_bytes
             and all(a.server != s.address for a in loads)
         ]

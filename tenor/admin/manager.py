@@ -87,7 +87,8 @@ class ModelRecord:
 
     def demand(self, max_attempts: int) -> ModelDemand:
         return ModelDemand(self.spec.name, self.spec.config_name, self.spec.replicas, self.placement.memory_bytes,
-                           self.placement.constraints, frozenset(self.failures), self.gave_up(max_attempts))
+                           self.placement.constraints, frozenset(self.failures), self.gave_up(max_attempts),
+                           self.placement.group_sizes)
 
     def load_request(self) -> modelet_pb2.LoadRequest:
         return modelet_pb2.LoadRequest(model_name=self.spec.name, config_name=self.spec.config_name,

@@ -37,6 +37,7 @@ class Placement:
 
     memory_bytes: int
     constraints: frozenset[str]
+    group_sizes: tuple[int, ...] = (1,)  # model-server group sizes it may be placed on
 
 
 def placement_of(spec: ModelSpec) -> Placement:
@@ -47,7 +48,7 @@ def placement_of(spec: ModelSpec) -> Placement:
     # the GPT-J config is placed as tiny), else by the config.
     memory = _parse_ram(ram) if ram is not None else servable.memory(spec.checkpoint).total_bytes
     tags = frozenset(t.strip() for t in overrides.get("constraints", "").split(",") if t.strip())
-    return Placement(memory, tags)
+    return Placement(memory, tags, servable.group_sizes)
 
 
 def _parse_ram(text: str) -> int:

@@ -82,7 +82,8 @@ def stats(manager: Manager) -> admin_pb2.StatsResponse:
             address=address, http_address=server.http_address,
             spec=common_pb2.ServerSpec(platform=server.spec.platform, memory_bytes=server.spec.memory_bytes,
                                        tags=sorted(server.spec.tags),
-                                       servable_configs=sorted(server.spec.servable_configs)),
+                                       servable_configs=sorted(server.spec.servable_configs),
+                                       group_size=server.spec.group_size),
             healthy=server.healthy, last_seen_age_s=now - server.last_ok, memory_used_bytes=used,
             queue_depth=sum(r.queue_depth for r in server.replicas.values()), models=models))
     return admin_pb2.StatsResponse(admin_id=manager.admin_id, cell=str(manager.cell), servers=servers)

@@ -60,10 +60,12 @@ class ServerSpecView:
     memory_bytes: int
     tags: frozenset[str]
     servable_configs: frozenset[str]
+    group_size: int = 1  # ranks of its model-server group
 
     @classmethod
     def from_proto(cls, spec: common_pb2.ServerSpec) -> "ServerSpecView":
-        return cls(spec.platform, spec.memory_bytes, frozenset(spec.tags), frozenset(spec.servable_configs))
+        return cls(spec.platform, spec.memory_bytes, frozenset(spec.tags), frozenset(spec.servable_configs),
+                   max(spec.group_size, 1))
 
 
 @dataclass
@@ -123,7 +125,7 @@ class ModelServer:
         return ServerView(self.address, self.spec.memory_bytes, self.spec.platform, self.spec.tags,
                           self.spec.servable_configs,
                           tuple(sorted((name, r.status) for name, r in self.replicas.items())),
-                          draining=not self.healthy)
+                          draining=not self.healthy, group_size=self.spec.group_size)
 
     # --- actions -------------------------------------------------------------------------
 

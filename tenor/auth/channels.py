@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -64,11 +66,11 @@ class CellAccess:
         self._channel_credentials = tls.channel_credentials() if tls.enabled else None
         self._server_credentials = tls.server_credentials() if tls.cert is not None else None
 
-    def channel(self, address: str) -> grpc.Channel:
+    def channel(self, address: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
         if self._channel_credentials is not None:
-            raw = grpc.secure_channel(address, self._channel_credentials)
+            raw = grpc.secure_channel(address, self._channel_credentials, options=options)
         else:
-            raw = grpc.insecure_channel(address)
+            raw = grpc.insecure_channel(address, options=options)
         return grpc.intercept_channel(raw, BearerToken(self.tokens))
 
     def aio_channel(self, address: str) -> grpc.aio.Channel:

@@ -140,6 +140,8 @@ def _ls(args: argparse.Namespace) -> int:
     client = AdminClient(resolve_root(args.root), cell, timeout_s=args.timeout, credentials=credentials_from(args))
     try:
         models = client.list(str(name))
+        groups = {s.address: s.spec.group_size for s in client.stats().servers if s.spec.group_size > 1} \
+            if isinstance(name, ModelName) else {}
     finally:
         client.close()
     if not isinstance(name, ModelName):
@@ -151,7 +153,7 @@ def _ls(args: argparse.Namespace) -> int:
     print(render_table(
         ["model", "model path", "checkpoint path", "# of replicas", "replica addresses"],
         [[name.model, spec.config_name, spec.checkpoint or "None", str(len(model.addresses)),
-          "\n".join(model.addresses)]]))
+          "\n".join(a + (f" (group of {groups[a]})" if a in groups else "") for a in model.addresses)]]))
     if len(model.addresses) < spec.requested_replicas or model.failure_reason:
         print(f"requested {spec.requested_replicas} replica(s), {len(model.addresses)} serving")
         for replica in model.replicas:

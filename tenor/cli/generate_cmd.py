@@ -7,6 +7,7 @@ import asyncio
 import json
 
 from tenor.engine.api import SamplingParams
+from tenor.errors import UserError
 from tenor.hardware import DTYPE_CHOICES, QUANTIZE_CHOICES
 
 
@@ -27,6 +28,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--num-samples", "-n", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print one JSON object per sample")
+    p.add_argument("--tensor-parallel", "-tp", type=int, default=1, metavar="N",
+                   help="shard the model over N local processes (the cores are split between them)")
     p.set_defaults(func=run)
 
 
@@ -36,9 +39,11 @@ def run(args: argparse.Namespace) -> int:
     servable, checkpoint = resolve_model(args.model, args.dtype)
     if args.quantize is not None:
         servable = servable.with_overrides(quantize=args.quantize)
+    if args.tensor_parallel < 1:
+        raise UserError(f"--tensor-parallel must be >= 1, got {args.tensor_parallel}")
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p, seed=args.seed, n=args.num_samples)
-    samples = asyncio.run(_generate(servable, checkpoint, args.prompt, args.chat, sampling))
+    samples = asyncio.run(_generate(servable, checkpoint, args.prompt, args.chat, sampling, args.tensor_parallel))
     samples.sort(key=lambda s: -s["score"])
     for i, sample in enumerate(samples):
         if args.json:
@@ -49,19 +54,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _generate(servable, checkpoint, prompt: str, chat: bool, sampling: SamplingParams) -> list[dict]:
+async def _generate(servable, checkpoint, prompt: str, chat: bool, sampling: SamplingParams,
+                    tensor_parallel: int = 1) -> list[dict]:
+    from tenor.dist.local import local_group
     from tenor.engine.factory import EngineOptions, create_engine
     from tenor.server.pipeline import ChatPrompt, RequestPipeline, TextPrompt
 
-    engine = create_engine(servable, checkpoint, EngineOptions(warmup=False, max_waiting=1))
-    await engine.start()
-    try:
-        pipeline = RequestPipeline(engine, servable.tokenized)
-        if chat:
-            ids = pipeline.prompt_ids(ChatPrompt(({"role": "user", "content": prompt},), field="PROMPT"))
-        else:
-            ids = pipeline.prompt_ids(TextPrompt(prompt, field="PROMPT"))
-        samples = await pipeline.collect(pipeline.request("gen", ids, sampling))
-    finally:
-        await engine.stop()
+    with local_group(servable, tensor_parallel) as local:
+        engine = create_engine(servable, checkpoint, EngineOptions(warmup=False, max_waiting=1, group=local.leader))
+        await engine.start()
+        try:
+            pipeline = RequestPipeline(engine, servable.tokenized)
+            if chat:
+                ids = pipeline.prompt_ids(ChatPrompt(({"role": "user", "content": prompt},), field="PROMPT"))
+            else:
+                ids = pipeline.prompt_ids(TextPrompt(prompt, field="PROMPT"))
+            samples = await pipeline.collect(pipeline.request("gen", ids, sampling))
+        finally:
+            await engine.stop()
     return [{"text": s.text, "token_ids": s.token_ids, "score": s.cumulative_logprob} for s in samples]

@@ -2,6 +2,11 @@
 
     tenor model-server serve --cell /tenor/<cell> --root ROOT [--port P] [--http-port P]
                              [--platform cpu|cuda] [--tags a,b] [--memory 8G] [--configs a,b]
+                             [--group-size N --group-rank R --group-leader HOST:PORT]
+
+A model-server group (tensor parallelism over N processes/hosts): rank 0 joins the cell and
+serves; ranks 1..N-1 hold their shards and run the leader's steps. Without the flags, the
+values come from LeaderWorkerSet's LWS_GROUP_SIZE, LWS_WORKER_INDEX and LWS_LEADER_ADDRESS.
 """
 
 from __future__ import annotations
@@ -38,6 +43,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="seconds in-flight requests get when a model is unloaded (default 5)")
     add_credential_flags(serve)
     add_connection_flags(serve)
+    serve.add_argument("--group-size", type=int, default=None, metavar="N",
+                       help="ranks in this server's model-server group (default: $LWS_GROUP_SIZE, else 1)")
+    serve.add_argument("--group-rank", type=int, default=None, metavar="R",
+                       help="this process's rank, 0 = the leader that joins the cell (default: $LWS_WORKER_INDEX)")
+    serve.add_argument("--group-leader", default=None, metavar="HOST:PORT",
+                       help="where rank 0 forms the group (default: $LWS_LEADER_ADDRESS, port 29500)")
+    serve.add_argument("--group-timeout", type=float, default=10.0, metavar="S",
+                       help="seconds a collective may wait for a peer before the group counts as broken (default 10)")
+    serve.add_argument("--group-join-timeout", type=float, default=300.0, metavar="S",
+                       help="seconds to wait for every rank to join and load (default 300)")
+    serve.add_argument("--prefill-from", default="", metavar="HOST:PORT,...",
+                       help="decode role: prefill prompts on these model servers and decode here "
+                            "(disaggregated serving; default: prefill locally)")
     serve.set_defaults(func=_serve)
 
 
@@ -50,16 +68,46 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
+def _memory(text: str, group_size: int) -> int:
+    """What models may fill: a group offers the memory of all its hosts (0: this machine's RAM)."""
+    if group_size == 1:
+        return parse_size(text) if text else 0
+    from tenor.server.model_server import machine_memory_bytes
+
+    return (parse_size(text) if text else machine_memory_bytes()) * group_size
+
+
 def _split(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _prefill_targets(text: str) -> tuple[str, ...]:
+    targets = _split(text)
+    for target in targets:
+        host, _, port = target.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UserError(f"bad --prefill-from address {target!r}: use HOST:PORT")
+    return targets
 
 
 def _serve(args: argparse.Namespace) -> int:
     from tenor import registry
     from tenor.admin.naming import parse_cell_name
     from tenor.client.admin_client import resolve_root
+    from tenor.dist.spec import spec_from_env
     from tenor.server.model_server import ModelServerConfig, serve
 
+    try:
+        group = spec_from_env(args.group_size, args.group_rank, args.group_leader,
+                              timeout_s=args.group_timeout, join_timeout_s=args.group_join_timeout)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if group is not None and not group.is_leader:
+        from tenor.dist.worker import serve_worker
+
+        print(f"model-server group worker: rank {group.rank} of {group.size}, leader "
+              f"{group.leader_host}:{group.leader_port}", flush=True)
+        return serve_worker(group)  # GroupError (cannot join): a one-line error from main
     cell = str(parse_cell_name(args.cell))
     configs = _split(args.configs)
     for name in configs:
@@ -72,15 +120,16 @@ def _serve(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         platform=args.platform,
         tags=_split(args.tags),
-        memory_bytes=parse_size(args.memory) if args.memory else 0,
+        memory_bytes=_memory(args.memory, group.size if group else 1),
         servable_configs=configs,
         rejoin_s=args.rejoin_interval,
         drain_timeout_s=args.drain_timeout,
         credentials=credentials_from(args),
         http_limits=connection_limits_from(args),
+        group=group,
+        prefill_targets=_prefill_targets(args.prefill_from),
     )
     # tenor's own lines (model status changes) at INFO; libraries (httpx to etcd...) only when they warn.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("tenor").setLevel(logging.INFO)
-    serve(config)
-    return 0
+    return serve(config)

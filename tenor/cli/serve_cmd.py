@@ -13,6 +13,7 @@ engine reads the model's shape from the checkpoint itself).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 
@@ -59,6 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--grpc-port", type=int, default=None,
                         help="also serve JetStream's gRPC Orchestrator (Decode, HealthCheck) on this port; 0 picks one")
     add_connection_flags(parser)
+    parser.add_argument("--tensor-parallel", "-tp", type=int, default=1, metavar="N",
+                        help="shard the model over N local processes, the cores split between them (default: 1)")
     parser.set_defaults(func=run)
 
 
@@ -70,16 +73,22 @@ def run(args: argparse.Namespace) -> int:
     if args.quantize is not None:
         servable = servable.with_overrides(quantize=args.quantize)
     options = engine_options(args.max_waiting, args.kv_cache_gb, args.quantize_kv_cache)
-    return run_server(
-        lambda: create_engine(servable, checkpoint, options),
-        host=args.host,
-        port=args.port,
-        api_key=args.api_key,
-        drain_timeout_s=args.drain_timeout,
-        grpc_port=args.grpc_port,
-        tokenized=servable.tokenized,
-        limits=limits,
-    )
+    if args.tensor_parallel < 1:
+        raise UserError(f"--tensor-parallel must be >= 1, got {args.tensor_parallel}")
+    from tenor.dist.local import local_group
+
+    with local_group(servable, args.tensor_parallel) as local:
+        options = dataclasses.replace(options, group=local.leader)
+        return run_server(
+            lambda: create_engine(servable, checkpoint, options),
+            host=args.host,
+            port=args.port,
+            api_key=args.api_key,
+            drain_timeout_s=args.drain_timeout,
+            grpc_port=args.grpc_port,
+            tokenized=servable.tokenized,
+            limits=limits,
+        )
 
 
 def resolve_model(model: str) -> tuple[ServableConfig, str | None]:

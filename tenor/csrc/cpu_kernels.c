@@ -37,32 +37,40 @@ void tenor_silu_mul_f32(const float *gate_up, float *out, int64_t rows, int64_t 
 
 /* Decode attention straight from the paged cache, no gathered copy.
  *   q       [B, H, E]           one query token per sequence
- *   k, v    [K, slots, E]       one layer's cache (slot = block * block_size + offset)
+ *   k, v    [K, slots, E]       one layer's cache (slot = block * block_size + offset): float32,
+ *                               or int8 with one float32 scale per (head, slot) in ks, vs [K, slots]
  *   table   [B, N]              each sequence's blocks
  *   lengths [B]                 each sequence's context length (slots 0..len-1 of its blocks)
  *   out     [B, H, E]
  *   scratch [threads, G * max_len] floats for the scores, one slice for each of `threads` threads
  * Query heads h * G .. h * G + G - 1 share kv head h (grouped-query attention). */
-void tenor_paged_decode_attention_f32(const float *q, const float *k, const float *v, const int64_t *table,
-                                      const int64_t *lengths, float *out, float *scratch, int64_t B, int64_t H,
-                                      int64_t K, int64_t E, int64_t N, int64_t block_size, int64_t slots,
-                                      int64_t max_len, float scale, int64_t threads) {
+static void paged_decode_attention(const float *q, const float *kf, const float *vf, const int8_t *k8,
+                                   const int8_t *v8, const float *ks, const float *vs, const int64_t *table,
+                                   const int64_t *lengths, float *out, float *scratch, int64_t B, int64_t H,
+                                   int64_t K, int64_t E, int64_t N, int64_t block_size, int64_t slots,
+                                   int64_t max_len, float scale, int64_t threads) {
     const int64_t G = H / K;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t item = 0; item < B * K; item++) {
         const int64_t b = item / K, h = item % K, len = lengths[b];
         float *scores = scratch + (int64_t)omp_get_thread_num() * G * max_len;
-        const float *kh = k + h * slots * E, *vh = v + h * slots * E;
         const float *qb = q + (b * H + h * G) * E;
         float *ob = out + (b * H + h * G) * E;
         for (int64_t t = 0; t < len; t++) {
-            const int64_t slot = table[b * N + t / block_size] * block_size + t % block_size;
-            const float *kt = kh + slot * E;
+            const int64_t slot = h * slots + table[b * N + t / block_size] * block_size + t % block_size;
             for (int64_t g = 0; g < G; g++) {
                 const float *qg = qb + g * E;
                 float dot = 0.0f;
+                if (k8) {
+                    const int8_t *kt = k8 + slot * E;
 #pragma omp simd reduction(+ : dot)
-                for (int64_t e = 0; e < E; e++) dot += qg[e] * kt[e];
+                    for (int64_t e = 0; e < E; e++) dot += qg[e] * (float)kt[e];
+                    dot *= ks[slot];
+                } else {
+                    const float *kt = kf + slot * E;
+#pragma omp simd reduction(+ : dot)
+                    for (int64_t e = 0; e < E; e++) dot += qg[e] * kt[e];
+                }
                 scores[g * max_len + t] = dot * scale;
             }
         }
@@ -80,16 +88,40 @@ void tenor_paged_decode_attention_f32(const float *q, const float *k, const floa
             for (int64_t e = 0; e < E; e++) og[e] = 0.0f;
         }
         for (int64_t t = 0; t < len; t++) {  /* each V row read once, for every query head of the group */
-            const int64_t slot = table[b * N + t / block_size] * block_size + t % block_size;
-            const float *vt = vh + slot * E;
+            const int64_t slot = h * slots + table[b * N + t / block_size] * block_size + t % block_size;
             for (int64_t g = 0; g < G; g++) {
-                const float p = scores[g * max_len + t];
                 float *og = ob + g * E;
+                if (v8) {
+                    const int8_t *vt = v8 + slot * E;
+                    const float p = scores[g * max_len + t] * vs[slot];
 #pragma omp simd
-                for (int64_t e = 0; e < E; e++) og[e] += p * vt[e];
+                    for (int64_t e = 0; e < E; e++) og[e] += p * (float)vt[e];
+                } else {
+                    const float *vt = vf + slot * E, p = scores[g * max_len + t];
+#pragma omp simd
+                    for (int64_t e = 0; e < E; e++) og[e] += p * vt[e];
+                }
             }
         }
     }
+}
+
+void tenor_paged_decode_attention_f32(const float *q, const float *k, const float *v, const int64_t *table,
+                                      const int64_t *lengths, float *out, float *scratch, int64_t B, int64_t H,
+                                      int64_t K, int64_t E, int64_t N, int64_t block_size, int64_t slots,
+                                      int64_t max_len, float scale, int64_t threads) {
+    paged_decode_attention(q, k, v, NULL, NULL, NULL, NULL, table, lengths, out, scratch, B, H, K, E, N, block_size,
+                           slots, max_len, scale, threads);
+}
+
+/* The same over an int8 cache: k, v int8 [K, slots, E], ks, vs float32 [K, slots]. */
+void tenor_paged_decode_attention_kv8(const float *q, const int8_t *k, const int8_t *v, const float *ks,
+                                      const float *vs, const int64_t *table, const int64_t *lengths, float *out,
+                                      float *scratch, int64_t B, int64_t H, int64_t K, int64_t E, int64_t N,
+                                      int64_t block_size, int64_t slots, int64_t max_len, float scale,
+                                      int64_t threads) {
+    paged_decode_attention(q, NULL, NULL, k, v, ks, vs, table, lengths, out, scratch, B, H, K, E, N, block_size,
+                           slots, max_len, scale, threads);
 }
 
 /* out [R, OUT] = x [R, IN] @ W.T (+ bias) for 8-bit weights in blocks of 32 along IN, each block

@@ -184,6 +184,7 @@ class HealthState(str, enum.Enum):
     LOADING = "loading"
     READY = "ready"
     STUCK = "stuck"  # work is waiting but no step finished for too long
+    DEGRADED = "degraded"  # a rank of the model-server group is missing: the replica cannot serve
     STOPPED = "stopped"
 
 

@@ -70,6 +70,10 @@ class BlockManager:
             parent = key
         return blocks, keys
 
+    def lookup(self, key: bytes) -> int | None:
+        """The block holding the prefix `key`, if cached (takes no reference)."""
+        return self._cached.get(key) if self.enable_prefix_caching else None
+
     def record_lookup(self, queried: int, hit: int) -> None:
         self.prefix_queries += queried
         self.prefix_hits += hit

@@ -33,6 +33,7 @@ from tenor.engine.api import (
     Tokenizer,
 )
 from tenor.engine.block_manager import BlockManager
+from tenor.engine.kv_handoff import export_prompt_blocks, held_prefix_blocks, import_prompt_blocks
 from tenor.engine.model_loader import LoadedModel, load_model
 from tenor.engine.options import EngineOptions
 from tenor.engine.request_state import RequestState
@@ -72,6 +73,7 @@ class LLMEngine:
         self._last_progress = time.monotonic()
         self._prompt_tokens = 0
         self._generated_tokens = 0
+        self._group = None  # tenor.dist.leader.GroupLeader when leading a model-server group
         self._runtime: RuntimeInfo | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -101,7 +103,9 @@ class LLMEngine:
         self.tokenizer = loaded.tokenizer
         self._vocab_size = cfg.vocab_size
         self._eos = tuple(sorted(set(cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids)))
-        per_slot = kv_bytes_per_token(cfg, str(loaded.dtype), self._options.quantize_kv_cache)
+        kv_heads = loaded.cache_kv_heads or cfg.num_kv_heads  # a group rank caches only its heads
+        per_slot = kv_bytes_per_token(cfg, str(loaded.dtype), self._options.quantize_kv_cache) \
+            // cfg.num_kv_heads * kv_heads  # linear in the KV heads
         budget = self._options.kv_cache_bytes or default_kv_cache_bytes(
             self.servable.max_batch_size, self.servable.max_target_length, per_slot)
         num_blocks = max(budget // (per_slot * BLOCK_SIZE), 1)
@@ -111,8 +115,11 @@ class LLMEngine:
                 f"max_target_length ({self.servable.max_target_length})"
             )
         self.kv_cache_bytes = num_blocks * BLOCK_SIZE * per_slot
-        cache = PagedKVCache(cfg.num_layers, num_blocks, BLOCK_SIZE, cfg.num_kv_heads, cfg.head_dim,
+        cache = PagedKVCache(cfg.num_layers, num_blocks, BLOCK_SIZE, kv_heads, cfg.head_dim,
                              loaded.dtype, quantized=self._options.quantize_kv_cache)
+        self._group = loaded.group
+        if self._group is not None:
+            self._group.allocate_cache(num_blocks, BLOCK_SIZE, self._options.quantize_kv_cache)
         self._blocks = BlockManager(num_blocks, BLOCK_SIZE)
         batched = max(self._options.max_num_batched_tokens, self.servable.max_batch_size)
         self._scheduler = Scheduler(SchedulerConfig(self.servable.max_batch_size, batched), self._blocks)
@@ -142,6 +149,8 @@ class LLMEngine:
             await asyncio.to_thread(self._thread.join, 5.0)
 
     def health(self) -> HealthState:
+        if self._group is not None and self._group.broken:
+            return HealthState.DEGRADED
         if self._state is HealthState.READY:
             if self._thread is None or not self._thread.is_alive():
                 return HealthState.STUCK
@@ -165,19 +174,55 @@ class LLMEngine:
         )
 
     # ---- requests --------------------------------------------------------------------
-    def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]:
-        return self._submit(request, check=True)
+    def generate(self, request: GenerateRequest, incoming_kv=None) -> AsyncIterator[RequestOutput]:
+        """`incoming_kv`: the prompt's blocks prefilled elsewhere (a KVBlocks), imported first."""
+        return self._submit(request, check=True, incoming_kv=incoming_kv)
 
-    def _submit(self, request: GenerateRequest, check: bool) -> AsyncIterator[RequestOutput]:
+    def _submit(self, request: GenerateRequest, check: bool, incoming_kv=None) -> AsyncIterator[RequestOutput]:
         if check:
             self._admit_check(len(request.prompt_token_ids), request.sampling)
             self._check_token_ids(request.prompt_token_ids)
         state = RequestState(request, asyncio.get_running_loop(), self.tokenizer, self._eos,
                              self.limits.max_target_length)
+        state.incoming_kv = incoming_kv
         self._enqueue(state)
         return self._stream(state)
 
+    # ---- disaggregated serving -------------------------------------------------------
+    def check_admission(self, request: GenerateRequest) -> None:
+        """What `generate` checks before queueing (state, limits, bounded queue, token ids), so a
+        decode replica can refuse a request before asking a prefill replica for its blocks."""
+        self._admit_check(len(request.prompt_token_ids), request.sampling)
+        self._check_token_ids(request.prompt_token_ids)
+
+    @property
+    def kv_block_size(self) -> int:
+        return self._blocks.block_size
+
+    def held_prefix_blocks(self, prompt_token_ids: Seq[int]) -> int:
+        """Leading full prompt blocks in this engine's prefix cache: a prefill server skips them."""
+        return held_prefix_blocks(self._blocks, prompt_token_ids)
+
+    async def prefill_export(self, prompt_token_ids: Seq[int], skip_blocks: int = 0):
+        """Prefills the prompt alone and returns its full KV blocks from `skip_blocks` on (a
+        KVBlocks); the blocks stay pinned by the request until copied out, then are freed."""
+        self._admit_check(len(prompt_token_ids), SamplingParams(max_tokens=1))
+        self._check_token_ids(prompt_token_ids)
+        request = GenerateRequest(f"prefill-{next(_request_ids)}", tuple(prompt_token_ids),
+                                  SamplingParams(max_tokens=1, ignore_eos=True))
+        state = RequestState(request, asyncio.get_running_loop(), self.tokenizer, self._eos,
+                             self.limits.max_target_length)
+        state.export_skip_blocks = skip_blocks
+        self._enqueue(state)
+        async for _ in self._stream(state):
+            pass
+        if state.exported is None:
+            raise EngineUnavailableError("the prefill was aborted before its KV blocks were exported")
+        return state.exported
+
     def _admit_check(self, num_prompt_tokens: int, sampling: SamplingParams) -> None:
+        if self.health() is HealthState.DEGRADED:
+            raise EngineUnavailableError("engine is degraded: a rank of its model-server group is missing")
         if self._state is not HealthState.READY:
             raise EngineUnavailableError(f"engine is {self._state.value}")
         self.limits.check(num_prompt_tokens, sampling)
@@ -249,12 +294,16 @@ class LLMEngine:
     def _run(self, loop: asyncio.AbstractEventLoop, loaded: asyncio.Future) -> None:
         try:
             threads = configure_threads()
-            self._setup(load_model(self.servable, self._checkpoint), threads)
+            self._setup(load_model(self.servable, self._checkpoint, self._options.group), threads)
         except BaseException as exc:  # reported to start()'s caller
             loop.call_soon_threadsafe(_settle, loaded, exc)
             return
         loop.call_soon_threadsafe(_settle, loaded, None)
-        self._loop()
+        try:
+            self._loop()
+        finally:
+            if self._group is not None:  # the workers drop their shard; the group's owner stops them
+                self._group.unload()
 
     def _loop(self) -> None:
         torch.set_grad_enabled(False)
@@ -268,7 +317,8 @@ class LLMEngine:
             try:
                 self._step()
             except Exception as exc:  # a bug or OOM: fail the step's requests, keep serving
-                log.exception("engine step failed")
+                if self._group is None or not self._group.broken:  # a broken group logged itself
+                    log.exception("engine step failed")
                 self._fail_all(exc)
             self._last_progress = time.monotonic()
 
@@ -278,6 +328,8 @@ class LLMEngine:
             aborts, self._aborts = self._aborts, []
         for state in inbox:
             self._requests[state.key] = state
+            if state.incoming_kv is not None:
+                self._import_kv(state)
             for seq in state.seqs:
                 self._scheduler.add(seq)
             self._prompt_tokens += len(state.request.prompt_token_ids)
@@ -316,6 +368,8 @@ class LLMEngine:
             for state, seq, pick in zip(states, sample_seqs, picks):
                 self._generated_tokens += 1
                 if state.add_token(seq, pick):
+                    if state.export_skip_blocks is not None:
+                        state.exported = export_prompt_blocks(self._runner.cache, seq, state.export_skip_blocks)
                     self._scheduler.finish(seq)
         for state in touched.values():
             if state.finished:  # retire first, so stats never count a request already answered
@@ -325,9 +379,19 @@ class LLMEngine:
     def _retire(self, state: RequestState) -> None:
         for seq in state.seqs:
             self._scheduler.finish(seq)
+        self._blocks.release(state.pinned_blocks)
+        state.pinned_blocks = []
         self._requests.pop(state.key, None)
         with self._lock:
             self._in_flight -= 1
+
+    def _import_kv(self, state: RequestState) -> None:
+        incoming, state.incoming_kv = state.incoming_kv, None
+        try:
+            state.pinned_blocks = import_prompt_blocks(self._blocks, self._runner.cache,
+                                                       state.request.prompt_token_ids, incoming)
+        except ValueError as exc:  # unusable blocks: compute the prompt here instead
+            log.warning("discarding received KV blocks: %s", exc)
 
     def _fail_all(self, exc: Exception) -> None:
         for state in list(self._requests.values()):

@@ -24,6 +24,8 @@ class LoadedModel:
     tokenizer: Tokenizer
     dtype: torch.dtype
     precision: Precision
+    group: object = None  # tenor.dist.leader.GroupLeader when the model is sharded over a group
+    cache_kv_heads: int | None = None  # KV heads this process caches (its shard's); None: all
 
 
 def resolve_checkpoint(servable: ServableConfig, checkpoint: str | None) -> str | None:
@@ -41,13 +43,15 @@ def resolve_checkpoint(servable: ServableConfig, checkpoint: str | None) -> str 
     return checkpoint
 
 
-def load_model(servable: ServableConfig, checkpoint: str | None) -> LoadedModel:
+def load_model(servable: ServableConfig, checkpoint: str | None, group=None) -> LoadedModel:
     try:
         precision = resolve_precision(servable.dtype, servable.quantize)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     dtype = parse_dtype(precision.dtype)
     path = resolve_checkpoint(servable, checkpoint)
+    if group is not None:  # this process leads a model-server group: each rank loads its slices
+        return _load_group_leader(servable, path, group, precision)
     if path is None:
         config = servable.model
         weights = random_weights(config, servable.seed)
@@ -62,6 +66,14 @@ def load_model(servable: ServableConfig, checkpoint: str | None) -> LoadedModel:
             config = dataclasses.replace(config, max_position_embeddings=servable.max_target_length)
     model = build_model(config, weights, dtype, precision.weights)
     return LoadedModel(model, config, _load_tokenizer(servable, tokenizer_path), dtype, precision)
+
+
+def _load_group_leader(servable: ServableConfig, path: str | None, leader, precision: Precision) -> LoadedModel:
+    # The leader decides the precision; workers build their shards with the same.
+    ranked = leader.load(servable, path, precision.dtype, precision.weights)
+    tokenizer_path = Path(ranked.tokenizer_path) if ranked.tokenizer_path is not None else None
+    return LoadedModel(ranked.model, ranked.config, _load_tokenizer(servable, tokenizer_path), ranked.dtype,
+                       precision, group=leader, cache_kv_heads=leader.local_kv_heads)
 
 
 def _load_tokenizer(servable: ServableConfig, path: Path | None) -> Tokenizer:

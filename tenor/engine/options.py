@@ -15,3 +15,4 @@ class EngineOptions:
     quantize_kv_cache: bool = False  # int8 KV cache
     warmup: bool = True
     max_num_batched_tokens: int = 1024  # tokens per step: decodes plus prompt chunks
+    group: object = None  # a formed tenor.dist.leader.GroupLeader: the model is sharded over its ranks

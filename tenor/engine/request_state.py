@@ -35,6 +35,13 @@ class RequestState:
         self._generators = [make_generator(request.sampling, i) for i in range(n)]
         self._done = [False] * n
         self._pending: list[SampleDelta] = []
+        # Disaggregated serving (tenor.engine.kv_handoff): a prefill-only request exports its
+        # prompt's blocks from `export_skip_blocks` on; a decode-side request brings `incoming_kv`,
+        # imported into `pinned_blocks`, held until it retires.
+        self.export_skip_blocks: int | None = None
+        self.exported = None
+        self.incoming_kv = None
+        self.pinned_blocks: list[int] = []
 
     @property
     def finished(self) -> bool:

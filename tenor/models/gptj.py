@@ -21,8 +21,9 @@ class GPTJBlock(nn.Module):
         d = config.hidden_size
         self.ln_weight = nn.Parameter(torch.ones(d), requires_grad=False)
         self.ln_bias = nn.Parameter(torch.zeros(d), requires_grad=False)
-        self.qkv = ParallelLinear(d, 3 * d, bias=False, parallel="column")
-        self.o = ParallelLinear(d, d, bias=False, parallel="row")
+        # q_size (heads * head_dim) equals d for the whole model; a tensor-parallel rank has fewer heads.
+        self.qkv = ParallelLinear(d, 3 * config.q_size, bias=False, parallel="column")
+        self.o = ParallelLinear(config.q_size, d, bias=False, parallel="row")
         self.fc_in = ParallelLinear(d, config.intermediate_size, bias=True, parallel="column")
         self.fc_out = ParallelLinear(config.intermediate_size, d, bias=True, parallel="row")
 
@@ -34,7 +35,7 @@ class GPTJBlock(nn.Module):
         qkv = self.qkv(h).view(t, 3 * c.num_heads, c.head_dim)
         qk = rotary.apply(qkv[:, : 2 * c.num_heads], cos, sin)
         q, k, v = qk[:, : c.num_heads], qk[:, c.num_heads:], qkv[:, 2 * c.num_heads:]
-        attn = self.o(paged_attention(q, k, v, cache, self.index, batch).reshape(t, c.hidden_size))
+        attn = self.o(paged_attention(q, k, v, cache, self.index, batch).reshape(t, c.q_size))
         mlp = self.fc_out(F.gelu(self.fc_in(h), approximate="tanh"))
         return x + attn + mlp
 

@@ -213,6 +213,33 @@ class PagedKVCache:
         kv = kv.view(2, self.num_kv_heads * blocks.shape[0], -1, self.head_dim)
         return kv[0], kv[1]
 
+    def _block_view(self, tensor: torch.Tensor) -> torch.Tensor:
+        """[layers, 2, K, slots, X] -> [layers, 2, K, blocks, block_size, X] (a view)."""
+        return tensor.view(tensor.shape[:3] + (self.num_blocks, self.block_size, tensor.shape[-1]))
+
+    def export_blocks(self, blocks: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Copies of whole blocks, as stored: k/v [layers, 2, K, B, block_size, E] (int8 when
+        quantized) and, when quantized, their scales [layers, 2, K, B, block_size, 1]."""
+        index = torch.tensor(blocks, dtype=torch.long)
+        kv = self._block_view(self.kv).index_select(3, index)
+        scales = self._block_view(self.scales).index_select(3, index) if self.quantized else None
+        return kv, scales
+
+    def import_blocks(self, blocks: list[int], kv: torch.Tensor, scales: torch.Tensor | None) -> None:
+        """Writes blocks made by another cache's `export_blocks` into `blocks` of this one."""
+        want = self._block_view(self.kv).shape[:3] + (len(blocks),) + (self.block_size, self.head_dim)
+        if tuple(kv.shape) != tuple(want) or kv.dtype != self.kv.dtype:
+            raise ValueError(f"KV blocks of shape {tuple(kv.shape)} {kv.dtype} do not fit this cache "
+                             f"(want {tuple(want)} {self.kv.dtype})")
+        if self.quantized != (scales is not None):
+            raise ValueError("int8 KV blocks need their scales, and only int8 blocks have scales")
+        if scales is not None and (tuple(scales.shape) != tuple(want[:-1]) + (1,) or scales.dtype != self.dtype):
+            raise ValueError(f"KV scales of shape {tuple(scales.shape)} {scales.dtype} do not fit this cache")
+        index = torch.tensor(blocks, dtype=torch.long)
+        self._block_view(self.kv).index_copy_(3, index, kv)
+        if scales is not None:
+            self._block_view(self.scales).index_copy_(3, index, scales)
+
     def _scratch(self, shape: tuple[int, ...]) -> torch.Tensor:
         needed = math.prod(shape)
         if self._gathered.numel() < needed:
@@ -223,11 +250,12 @@ class PagedKVCache:
 def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: AttentionBatch) -> torch.Tensor:
     """q: [B, H, E] for the decode tokens -> [B, H, E], each over its own sequence's blocks."""
     assert batch.decode_blocks is not None  # set whenever the batch has decodes
-    if batch.native and not cache.quantized and q.dtype == torch.float32 and batch.decode_lengths is not None:
+    if batch.native and q.dtype == torch.float32 and batch.decode_lengths is not None:
         # Reads the blocks in place: no gathered copy of every context.
+        scales = (cache.scales[layer, 0], cache.scales[layer, 1]) if cache.quantized else (None, None)
         return native.paged_decode_attention(q, cache.kv[layer, 0], cache.kv[layer, 1], batch.decode_blocks,
                                              batch.decode_lengths, cache.block_size, batch.decode_span,
-                                             cache.native_scratch)
+                                             cache.native_scratch, *scales)
     nd, num_heads, dim = q.shape
     num_kv = cache.num_kv_heads
     group = num_heads // num_kv

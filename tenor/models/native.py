@@ -77,9 +77,11 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_rms_norm_f32.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, _F32]
     lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64]
     lib.tenor_paged_decode_attention_f32.argtypes = [_PTR] * 7 + [_I64] * 8 + [_F32, _I64]
+    lib.tenor_paged_decode_attention_kv8.argtypes = [_PTR] * 9 + [_I64] * 8 + [_F32, _I64]
     lib.tenor_u8_block_linear_f32.argtypes = [_PTR] * 6 + [_I64] * 4
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 5
     for fn in (lib.tenor_rms_norm_f32, lib.tenor_silu_mul_f32, lib.tenor_paged_decode_attention_f32,
+               lib.tenor_paged_decode_attention_kv8,
                lib.tenor_u8_block_linear_f32, lib.tenor_rotary_kv_write_f32):
         fn.restype = None
     return lib
@@ -136,19 +138,25 @@ class DecodeScratch:
 
 
 def paged_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor,
-                           lengths: torch.Tensor, block_size: int, max_len: int,
-                           scratch: DecodeScratch) -> torch.Tensor:
-    """q [B, H, E]; k, v [K, slots, E] (one layer, contiguous); table [B, N] int64; lengths [B]
-    int64 -> [B, H, E], each sequence attending to its first lengths[b] cached tokens."""
+                           lengths: torch.Tensor, block_size: int, max_len: int, scratch: DecodeScratch,
+                           k_scales: torch.Tensor | None = None, v_scales: torch.Tensor | None = None) -> torch.Tensor:
+    """q [B, H, E]; k, v [K, slots, E] (one layer, contiguous; float32, or int8 with float32
+    scales [K, slots, 1]); table [B, N] int64; lengths [B] int64 -> [B, H, E], each sequence
+    attending to its first lengths[b] cached tokens."""
     batch, heads, dim = q.shape
     kv_heads, slots = k.shape[0], k.shape[1]
     q = q.contiguous()
     out = torch.empty_like(q)
     threads = torch.get_num_threads()
     buffer = scratch.get(threads * (heads // kv_heads) * max_len)
-    _built().tenor_paged_decode_attention_f32(
-        _ptr(q), _ptr(k), _ptr(v), _ptr(table), _ptr(lengths), _ptr(out), _ptr(buffer),
-        batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len, dim ** -0.5, threads)
+    shape = (batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len, dim ** -0.5, threads)
+    if k_scales is None or v_scales is None:
+        _built().tenor_paged_decode_attention_f32(
+            _ptr(q), _ptr(k), _ptr(v), _ptr(table), _ptr(lengths), _ptr(out), _ptr(buffer), *shape)
+    else:
+        _built().tenor_paged_decode_attention_kv8(
+            _ptr(q), _ptr(k), _ptr(v), _ptr(k_scales), _ptr(v_scales), _ptr(table), _ptr(lengths), _ptr(out),
+            _ptr(buffer), *shape)
     return out
 
 

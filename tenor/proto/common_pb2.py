@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18tenor/proto/common.proto\x12\x0ctenor.common\"\\\n\nServerSpec\x12\x10\n\x08platform\x18\x01 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x0c\n\x04tags\x18\x03 \x03(\t\x12\x18\n\x10servable_configs\x18\x04 \x03(\t*K\n\x0bModelStatus\x12\x08\n\x04NONE\x10\x00\x12\x0b\n\x07LOADING\x10\x01\x12\n\n\x06LOADED\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x12\r\n\tUNLOADING\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18tenor/proto/common.proto\x12\x0ctenor.common\"p\n\nServerSpec\x12\x10\n\x08platform\x18\x01 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x0c\n\x04tags\x18\x03 \x03(\t\x12\x18\n\x10servable_configs\x18\x04 \x03(\t\x12\x12\n\ngroup_size\x18\x05 \x01(\x05*K\n\x0bModelStatus\x12\x08\n\x04NONE\x10\x00\x12\x0b\n\x07LOADING\x10\x01\x12\n\n\x06LOADED\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x12\r\n\tUNLOADING\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tenor.proto.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MODELSTATUS']._serialized_start=136
-  _globals['_MODELSTATUS']._serialized_end=211
+  _globals['_MODELSTATUS']._serialized_start=156
+  _globals['_MODELSTATUS']._serialized_end=231
   _globals['_SERVERSPEC']._serialized_start=42
-  _globals['_SERVERSPEC']._serialized_end=134
+  _globals['_SERVERSPEC']._serialized_end=154
 # @@protoc_insertion_point(module_scope)

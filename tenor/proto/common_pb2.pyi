@@ -21,13 +21,15 @@ FAILED: ModelStatus
 UNLOADING: ModelStatus
 
 class ServerSpec(_message.Message):
-    __slots__ = ("platform", "memory_bytes", "tags", "servable_configs")
+    __slots__ = ("platform", "memory_bytes", "tags", "servable_configs", "group_size")
     PLATFORM_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     TAGS_FIELD_NUMBER: _ClassVar[int]
     SERVABLE_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
     platform: str
     memory_bytes: int
     tags: _containers.RepeatedScalarFieldContainer[str]
     servable_configs: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, platform: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., servable_configs: _Optional[_Iterable[str]] = ...) -> None: ...
+    group_size: int
+    def __init__(self, platform: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., servable_configs: _Optional[_Iterable[str]] = ..., group_size: _Optional[int] = ...) -> None: ...

@@ -27,7 +27,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from tenor.auth.channels import CellAccess, CellCredentials, open_access
-from tenor.engine.api import HealthState
+from tenor.dist.spec import GroupSpec
+from tenor.engine.api import EngineUnavailableError, HealthState
 from tenor.errors import UserError
 from tenor.proto import common_pb2, jetstream_pb2_grpc, lm_pb2_grpc, modelet_pb2_grpc
 from tenor.server.http.connection_limits import ConnectionLimits
@@ -60,6 +61,8 @@ class ModelServerConfig:
     drain_timeout_s: float = 5.0  # requests in flight get this long when a model is unloaded
     credentials: CellCredentials = field(default_factory=CellCredentials)
     http_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    group: GroupSpec | None = None  # rank 0 of a model-server group: models are sharded over its ranks
+    prefill_targets: tuple[str, ...] = ()  # decode role: prefill on these replicas (tenor.disagg)
 
     def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:
@@ -103,7 +106,15 @@ def advertised(host: str, port: int) -> str:
 class ModelServer:
     def __init__(self, config: ModelServerConfig, table: ModelTable | None = None) -> None:
         self.config = config
-        self.table = table or ModelTable(drain_timeout_s=config.drain_timeout_s)
+        self._decode_role = None
+        if config.prefill_targets:
+            from tenor.disagg.roles import DecodeRole
+
+            # Dialled after start() has opened the cell access: prefill replicas check the cell token too.
+            self._decode_role = DecodeRole(config.prefill_targets,
+                                           dial=lambda target, options: self._cell_access().channel(target, options))
+        wrap = self._decode_role.wrap if self._decode_role else None
+        self.table = table or ModelTable(drain_timeout_s=config.drain_timeout_s, wrap_engine=wrap)
         self.address = ""
         self.http_address = ""
         self._grpc: grpc.aio.Server | None = None
@@ -111,6 +122,11 @@ class ModelServer:
         self._http_task: asyncio.Task | None = None
         self._join: JoinLoop | None = None
         self.access: CellAccess | None = None
+
+    def _cell_access(self) -> CellAccess:
+        if self.access is None:
+            raise EngineUnavailableError("the model server has not started")
+        return self.access
 
     def _open_access(self) -> CellAccess:
         from tenor.admin.naming import parse_cell_name
@@ -128,6 +144,9 @@ class ModelServer:
         lm_pb2_grpc.add_LMServiceServicer_to_server(LMService(self.table), self._grpc)
         modelet_pb2_grpc.add_ModeletServicer_to_server(ModeletService(self.table), self._grpc)
         jetstream_pb2_grpc.add_OrchestratorServicer_to_server(jetstream_orchestrator(self.table), self._grpc)
+        from tenor.disagg.roles import add_prefill_service
+
+        self.kv_transfer_service = add_prefill_service(self._grpc, self.table)
         if self.config.port:
             bound_socket(self.config.host, self.config.port).close()  # a clear error for a taken port
         port = self.access.add_port(self._grpc, f"{self.config.host}:{self.config.port}")
@@ -148,6 +167,7 @@ class ModelServer:
             memory_bytes=self.config.memory_bytes or machine_memory_bytes(),
             tags=list(self.config.tags),
             servable_configs=list(self.config.servable_configs),
+            group_size=self.config.group.size if self.config.group else 1,
         )
         self._join = JoinLoop(
             self.config.root, self.config.cell, self.address, self.http_address, spec, rejoin_s=self.config.rejoin_s,
@@ -159,9 +179,12 @@ class ModelServer:
         sock = bound_socket(self.config.host, self.config.http_port or 0)
         self.http_address = advertised(self.config.host, sock.getsockname()[1])
         from tenor.server.http.connection_limits import uvicorn_options
+        from tenor.disagg.metrics import DisaggCollector
 
-        config = uvicorn.Config(build_face(self.table, self.config.http_limits.body_timeout_s), log_level="warning",
-                                lifespan="off", **uvicorn_options(self.config.http_limits))
+        face = build_face(self.table, self.config.http_limits.body_timeout_s)
+        face.add_collector(DisaggCollector(self.kv_transfer_service, self._decode_role))
+        config = uvicorn.Config(face, log_level="warning", lifespan="off",
+                                **uvicorn_options(self.config.http_limits))
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
         while not self._http.started and not self._http_task.done():
@@ -175,6 +198,8 @@ class ModelServer:
             self._http.should_exit = True
             await asyncio.wait({self._http_task}, timeout=5)
         await self.table.close()
+        if self._decode_role is not None:
+            await self._decode_role.close()
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         if self.access is not None:
@@ -203,13 +228,19 @@ class HttpFace:
                 m.status == Status.LOADED and m.engine is not None and m.engine.health() is HealthState.READY
                 for m in table.models()
             )
-            return JSONResponse({"is_live": live, "models": models}, status_code=200 if live else 503)
+            body = {"is_live": live, "models": models}
+            if any(m.engine is not None and m.engine.health() is HealthState.DEGRADED for m in table.models()):
+                body["state"] = HealthState.DEGRADED.value  # a rank of this model-server group is missing
+            return JSONResponse(body, status_code=200 if live else 503)
 
         @self.app.get("/metrics", include_in_schema=False)
         async def metrics() -> Response:
             return Response(generate_latest(self._registry), media_type=CONTENT_TYPE_LATEST)
 
         self._base_routes = list(self.app.router.routes)
+
+    def add_collector(self, collector: Collector) -> None:
+        self._registry.register(collector)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
@@ -275,13 +306,20 @@ class _TableCollector(Collector):
         yield from (status, queue, running, latency, ok, failed)
 
 
-def serve(config: ModelServerConfig) -> None:
-    """Runs a model server until SIGTERM or SIGINT."""
-    asyncio.run(_serve(config))
+def serve(config: ModelServerConfig) -> int:
+    """Runs a model server until SIGTERM or SIGINT (0), or until its group loses a rank (1)."""
+    return asyncio.run(_serve(config))
 
 
-async def _serve(config: ModelServerConfig) -> None:
-    server = ModelServer(config)
+async def _serve(config: ModelServerConfig) -> int:
+    leader = None
+    if config.group is not None:  # form the group first: the cell hears of it only once whole
+        from tenor.dist.group_server import form_group_table
+
+        leader, table = await form_group_table(config)
+        server = ModelServer(config, table)
+    else:
+        server = ModelServer(config)
     try:
         await server.start()
     except BaseException:
@@ -294,9 +332,21 @@ async def _serve(config: ModelServerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopped.set)
     log_task = asyncio.create_task(_log_changes(server.table))
+    watch = None
+    if leader is not None:
+        from tenor.dist.group_server import watch_group
+
+        watch = asyncio.create_task(watch_group(leader, stopped))
     await stopped.wait()
     log_task.cancel()
-    await server.stop()
+    await server.stop()  # leaves the cell, fails what is in flight, stops engines
+    if leader is not None:
+        await asyncio.to_thread(leader.stop)
+        if leader.broken:
+            return 1  # a rank was lost: the admin re-places the replica, LWS re-creates the group
+    if watch is not None:
+        watch.cancel()
+    return 0
 
 
 async def _log_changes(table: ModelTable, every_s: float = 0.2) -> None:

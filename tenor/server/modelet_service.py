@@ -16,7 +16,7 @@ from typing import Callable, Mapping
 import grpc
 
 from tenor import registry
-from tenor.engine.api import Engine, EngineUnavailableError
+from tenor.engine.api import Engine, EngineUnavailableError, HealthState
 from tenor.engine.factory import EngineOptions, create_engine
 from tenor.errors import UserError
 from tenor.proto import common_pb2, modelet_pb2, modelet_pb2_grpc
@@ -100,8 +100,10 @@ class ModelTable:
         engine_factory: EngineFactory = create_engine,
         options: EngineOptions = EngineOptions(),
         drain_timeout_s: float = 5.0,
+        wrap_engine: Callable[[str, Engine], Engine] | None = None,
     ) -> None:
         self._engine_factory = engine_factory
+        self._wrap_engine = wrap_engine  # e.g. a decode replica's DecodeEngine (tenor.disagg)
         self._options = options
         self._drain_timeout_s = drain_timeout_s
         self._models: dict[str, ServedModel] = {}
@@ -173,6 +175,8 @@ class ModelTable:
                 self._engine_factory, served.servable, served.spec.checkpoint, self._options
             )
             await served.engine.start()
+            if self._wrap_engine is not None:
+                served.engine = self._wrap_engine(served.name, served.engine)
         except Exception as exc:  # any load failure is the model's, never the server's
             served.status = Status.FAILED
             served.failure_reason = _one_line(exc)
@@ -205,12 +209,15 @@ def _one_line(exc: BaseException) -> str:
 
 def model_state(served: ServedModel) -> modelet_pb2.ModelState:
     stats = served.engine.stats() if served.engine is not None and served.status == Status.LOADED else None
+    reason = served.failure_reason
+    if served.engine is not None and served.engine.health() is HealthState.DEGRADED:
+        reason = "degraded: a rank of this model-server group is missing"
     return modelet_pb2.ModelState(
         model_name=served.name,
         config_name=served.spec.config_name,
         checkpoint=served.spec.checkpoint or "",
         status=served.status,  # type: ignore[arg-type]  # an enum value held as int; the stubs want the enum type
-        failure_reason=served.failure_reason,
+        failure_reason=reason,
         queue_depth=stats.num_waiting if stats else 0,
         running=stats.num_running if stats else 0,
         latency_p50_ms=served.latency.percentile_ms(50),

@@ -113,3 +113,15 @@ def test_plan_is_independent_of_input_order() -> None:
     servers = [srv(f"s{i}", 4 + i % 3) for i in range(6)]
     models = [mdl(f"m{i}", 1 + i % 3, 1 + i % 2) for i in range(5)]
     assert assign(servers, models).render() == assign(servers[::-1], models[::-1]).render()
+
+
+def test_group_requiring_models_go_only_to_groups_of_that_size():
+    servers = [ServerView("single", 64 * GB), ServerView("pair", 16 * GB, group_size=2),
+               ServerView("octet", 8 * GB, group_size=8)]
+    spmd = ModelDemand("spmd", "test.LmSpmdRandom", 1, GB, group_sizes=(2,))
+    either = ModelDemand("gptj", "gptj", 2, GB, group_sizes=(1, 8))
+    plain = ModelDemand("plain", "c", 1, GB)
+    assert assign(servers, [spmd, either, plain]).render() == \
+        "load gptj on octet\nload gptj on single\nload plain on single\nload spmd on pair"
+    short = assign([ServerView("single", 64 * GB)], [spmd]).render()
+    assert short == "short spmd by 1: no server offers test.LmSpmdRandom as a group of 2"

@@ -119,3 +119,22 @@ def test_rotary_kv_write_matches_rotary_then_cache_write():
     assert torch.allclose(fused[:, : (heads + kv_heads) * dim].view(tokens, -1, dim), qk, atol=1e-6)
     assert torch.equal(fused[:, (heads + kv_heads) * dim:], qkv[:, (heads + kv_heads) * dim:])  # v untouched
     assert torch.allclose(cache.kv, expected_cache.kv, atol=1e-6)
+
+
+@needs_native
+def test_paged_decode_attention_over_an_int8_cache_matches_its_dequantized_values():
+    from tenor.models.layers import PagedKVCache
+
+    gen = torch.Generator().manual_seed(8)
+    heads, kv_heads, dim, block_size = 6, 2, 32, 16
+    cache = PagedKVCache(1, 8, block_size, kv_heads, dim, torch.float32, quantized=True)
+    slots = torch.randperm(8 * block_size, generator=gen)[:40]
+    cache.write(0, slots, torch.randn(40, kv_heads, dim, generator=gen), torch.randn(40, kv_heads, dim, generator=gen))
+    k, v = cache.read(0, torch.arange(8 * block_size))  # dequantized [K, S, E]
+    table, lengths = torch.tensor([[3, 1, 6], [0, 7, 2]]), torch.tensor([40, 33])
+    q = torch.randn(2, heads, dim, generator=gen)
+    out = native.paged_decode_attention(q, cache.kv[0, 0], cache.kv[0, 1], table, lengths, block_size, 48,
+                                        native.DecodeScratch(), cache.scales[0, 0], cache.scales[0, 1])
+    expected = native.paged_decode_attention(q, k.contiguous(), v.contiguous(), table, lengths, block_size, 48,
+                                             native.DecodeScratch())
+    assert torch.allclose(out, expected, atol=1e-5)

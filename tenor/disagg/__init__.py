@@ -1,0 +1,1 @@
+"""Disaggregated serving: prefill on one server, decode on another, KV blocks moved between."""

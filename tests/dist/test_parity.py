@@ -1,0 +1,75 @@
+"""Sharded equals unsharded: a 2-rank group's greedy tokens equal the 1-process model's
+(float32), batched and one at a time, for tiny random Llama (GQA, llama3 rope, uneven head
+and MLP splits, padded vocabulary), tied Llama and GPT-J, and the default model."""
+
+import pytest
+
+from tenor.models.config import ModelConfig, RopeScaling
+from tenor.registry import TINY_GPTJ, ServableConfig
+from tests.dist.group_runs import greedy_tokens
+
+PROMPTS = [[1, 72, 101, 108, 108, 111], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21], [200],
+           list(range(30, 70))]
+
+
+def servable(name: str, model: ModelConfig) -> ServableConfig:
+    return ServableConfig(name, model, dtype="float32", max_batch_size=8, max_prefill_predict_length=256,
+                          max_target_length=512, tokenizer="bytes", random_weights=True, seed=7)
+
+
+LLAMA_GQA = ModelConfig(arch="llama", vocab_size=259, hidden_size=64, intermediate_size=130, num_layers=2,
+                        num_heads=6, num_kv_heads=3, head_dim=16, max_position_embeddings=512,
+                        rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 64), bos_token_id=1, eos_token_ids=(2,))
+LLAMA_TIED = ModelConfig(arch="llama", vocab_size=259, hidden_size=64, intermediate_size=128, num_layers=2,
+                         num_heads=4, num_kv_heads=2, head_dim=16, tie_word_embeddings=True, bos_token_id=1,
+                         eos_token_ids=(2,))
+CASES = {
+    "llama_gqa_llama3_rope": servable("test.tp.LlamaGQA", LLAMA_GQA),
+    "llama_tied": servable("test.tp.LlamaTied", LLAMA_TIED),
+    "gptj": servable("test.tp.GPTJ", TINY_GPTJ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_two_ranks_equal_one_process(case):
+    model = CASES[case]
+    expected, _ = greedy_tokens(model, PROMPTS, 32)
+    batched, exits = greedy_tokens(model, PROMPTS, 32, group_size=2)
+    assert batched == expected
+    assert exits == [0]  # the worker left cleanly when the leader stopped it
+
+
+def test_one_at_a_time_and_four_ranks():
+    model = CASES["llama_gqa_llama3_rope"]
+    expected, _ = greedy_tokens(model, PROMPTS[:2], 16)
+    alone, exits = greedy_tokens(model, PROMPTS[:2], 16, group_size=3, batched=False)
+    assert alone == expected and exits == [0, 0]
+
+
+@pytest.mark.slow
+def test_default_model_float32_32_tokens():
+    from tenor import registry
+    from tenor.checkpoints.default_model import default_gguf_path
+
+    path = default_gguf_path()
+    model = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype="float32", quantize="none",
+                                                                      max_batch_size=4,
+                                                                      max_prefill_predict_length=256,
+                                                                      max_target_length=512)
+    prompts = [[1, 504, 3575, 282, 4649, 314], [1, 1206, 28, 1069, 253, 1142], [1, 19842, 1326, 4398, 42]]
+    expected, _ = greedy_tokens(model, prompts, 32, checkpoint=str(path))
+    sharded, exits = greedy_tokens(model, prompts, 32, group_size=2, checkpoint=str(path))
+    assert sharded == expected and exits == [0]
+
+
+def test_sliced_from_a_tenor_checkpoint(tmp_path):
+    import dataclasses
+
+    from tenor.checkpoints.format import save_checkpoint
+    from tenor.models.model import random_weights
+
+    save_checkpoint(tmp_path / "ckpt", LLAMA_GQA, random_weights(LLAMA_GQA, 11))
+    model = dataclasses.replace(CASES["llama_gqa_llama3_rope"], random_weights=False)
+    expected, _ = greedy_tokens(model, PROMPTS, 16, checkpoint=str(tmp_path / "ckpt"))
+    sharded, exits = greedy_tokens(model, PROMPTS, 16, group_size=2, checkpoint=str(tmp_path / "ckpt"))
+    assert sharded == expected and exits == [0]
