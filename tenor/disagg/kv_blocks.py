@@ -91,7 +91,10 @@ def _tensor(buffer: bytearray, offset: int, shape: list[int], dtype: torch.dtype
     import torch
 
     size = _nbytes(shape, dtype)
-    flat = torch.frombuffer(buffer, dtype=torch.uint8, count=size, offset=offset) if size else torch.empty(0, dtype=torch.uint8)
+    if size:
+        flat = torch.frombuffer(buffer, dtype=torch.uint8, count=size, offset=offset)
+    else:
+        flat = torch.empty(0, dtype=torch.uint8)
     return flat.view(dtype).reshape(shape).clone()
 
 

@@ -178,8 +178,8 @@ class ModelServer:
 
         sock = bound_socket(self.config.host, self.config.http_port or 0)
         self.http_address = advertised(self.config.host, sock.getsockname()[1])
-        from tenor.server.http.connection_limits import uvicorn_options
         from tenor.disagg.metrics import DisaggCollector
+        from tenor.server.http.connection_limits import uvicorn_options
 
         face = build_face(self.table, self.config.http_limits.body_timeout_s)
         face.add_collector(DisaggCollector(self.kv_transfer_service, self._decode_role))

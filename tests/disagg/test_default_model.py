@@ -13,8 +13,8 @@ from tenor.disagg.decode_engine import DecodeEngine
 from tenor.disagg.remote_prefill import RemotePrefill
 from tenor.disagg.transfer import GrpcKVTransfer, KVTransferService
 from tenor.engine.api import GenerateRequest, SamplingParams
-from tenor.engine.options import EngineOptions
 from tenor.engine.llm_engine import BLOCK_SIZE, LLMEngine
+from tenor.engine.options import EngineOptions
 from tenor.proto import kv_transfer_pb2_grpc as pb_grpc
 from tests.disagg.test_transfer import KEY, OneModel
 
