@@ -7,10 +7,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tenor.models.config import ModelConfig
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary
 
 
 class DecoderLM(nn.Module):
+    config: ModelConfig
     embed: nn.Parameter
     layers: nn.ModuleList
     lm_head: ParallelLinear
