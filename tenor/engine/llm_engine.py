@@ -14,7 +14,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator
 from typing import Sequence as Seq
 
 import torch
@@ -46,6 +46,9 @@ from tenor.memory import default_kv_cache_bytes, kv_bytes_per_token
 from tenor.models.layers import PagedKVCache
 from tenor.registry import ServableConfig
 
+if TYPE_CHECKING:
+    from tenor.dist.leader import GroupLeader
+
 log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 16
@@ -73,7 +76,7 @@ class LLMEngine:
         self._last_progress = time.monotonic()
         self._prompt_tokens = 0
         self._generated_tokens = 0
-        self._group = None  # tenor.dist.leader.GroupLeader when leading a model-server group
+        self._group: GroupLeader | None = None  # when leading a model-server group
         self._runtime: RuntimeInfo | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -387,6 +390,7 @@ class LLMEngine:
 
     def _import_kv(self, state: RequestState) -> None:
         incoming, state.incoming_kv = state.incoming_kv, None
+        assert incoming is not None  # the caller checks
         try:
             state.pinned_blocks = import_prompt_blocks(self._blocks, self._runner.cache,
                                                        state.request.prompt_token_ids, incoming)

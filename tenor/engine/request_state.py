@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,6 +14,9 @@ from tenor.engine.api import FinishReason, GenerateRequest, RequestOutput, Sampl
 from tenor.engine.output import SampleText
 from tenor.engine.sampling import SampledToken, make_generator
 from tenor.engine.sequence import Sequence
+
+if TYPE_CHECKING:
+    from tenor.disagg.kv_blocks import KVBlocks
 
 _keys = itertools.count()
 
@@ -39,8 +43,8 @@ class RequestState:
         # prompt's blocks from `export_skip_blocks` on; a decode-side request brings `incoming_kv`,
         # imported into `pinned_blocks`, held until it retires.
         self.export_skip_blocks: int | None = None
-        self.exported = None
-        self.incoming_kv = None
+        self.exported: KVBlocks | None = None
+        self.incoming_kv: KVBlocks | None = None
         self.pinned_blocks: list[int] = []
 
     @property
