@@ -47,7 +47,7 @@ class KVBlocks:
 def _raw(tensor: torch.Tensor) -> memoryview:
     import torch
 
-    return memoryview(tensor.contiguous().view(torch.uint8).reshape(-1).numpy())
+    return tensor.contiguous().view(torch.uint8).reshape(-1).numpy().data  # the array's own buffer, as memoryview(a)
 
 
 def encode(blocks: KVBlocks, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.KVChunk]:

@@ -222,7 +222,7 @@ class PagedKVCache:
         quantized) and, when quantized, their scales [layers, 2, K, B, block_size, 1]."""
         index = torch.tensor(blocks, dtype=torch.long)
         kv = self._block_view(self.kv).index_select(3, index)
-        scales = self._block_view(self.scales).index_select(3, index) if self.quantized else None
+        scales = self._block_view(self.scales).index_select(3, index) if self.scales is not None else None
         return kv, scales
 
     def import_blocks(self, blocks: list[int], kv: torch.Tensor, scales: torch.Tensor | None) -> None:
@@ -238,6 +238,7 @@ class PagedKVCache:
         index = torch.tensor(blocks, dtype=torch.long)
         self._block_view(self.kv).index_copy_(3, index, kv)
         if scales is not None:
+            assert self.scales is not None  # checked above: only a quantized cache takes scales
             self._block_view(self.scales).index_copy_(3, index, scales)
 
     def _scratch(self, shape: tuple[int, ...]) -> torch.Tensor:
@@ -252,7 +253,7 @@ def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: At
     assert batch.decode_blocks is not None  # set whenever the batch has decodes
     if batch.native and q.dtype == torch.float32 and batch.decode_lengths is not None:
         # Reads the blocks in place: no gathered copy of every context.
-        scales = (cache.scales[layer, 0], cache.scales[layer, 1]) if cache.quantized else (None, None)
+        scales = (cache.scales[layer, 0], cache.scales[layer, 1]) if cache.scales is not None else (None, None)
         return native.paged_decode_attention(q, cache.kv[layer, 0], cache.kv[layer, 1], batch.decode_blocks,
                                              batch.decode_lengths, cache.block_size, batch.decode_span,
                                              cache.native_scratch, *scales)
