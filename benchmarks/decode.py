@@ -38,13 +38,15 @@ def bench_tenor(dtype: str, quantize: str, tokens: int, repeats: int) -> dict:
         rates = []
         for r in range(repeats):
             request = GenerateRequest(f"b{r}", ids, SamplingParams(max_tokens=tokens, ignore_eos=True))
-            first = last = None
+            first: float | None = None
+            last: float | None = None
             count = 0
             async for out in engine.generate(request):
                 now = time.perf_counter()
                 first = first or now
                 last = now
                 count += sum(len(d.token_ids) for d in out.deltas)
+            assert first is not None and last is not None, "the engine produced no output"
             rates.append((count - 1) / (last - first))
         await engine.stop()
         return {"load_s": load_s, "decode_tok_s": statistics.median(rates), "runs": rates}

@@ -19,7 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Literal
+from typing import AsyncGenerator, AsyncIterator, Literal, cast
 
 import torch
 import uvicorn
@@ -146,7 +146,7 @@ class Baseline:
         finally:
             streamer.end()
 
-    async def tokens(self, job: Job) -> AsyncIterator[str]:
+    async def tokens(self, job: Job) -> AsyncGenerator[str, None]:
         """One text piece per generated token ("" while a UTF-8 character is incomplete or
         for special tokens), so callers can count tokens by counting pieces."""
         queue: asyncio.Queue = asyncio.Queue()
@@ -158,7 +158,7 @@ class Baseline:
         try:
             while (token := await queue.get()) is not None:
                 ids.append(token)
-                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                text = cast(str, self.tokenizer.decode(ids, skip_special_tokens=True))  # one sequence: one str
                 if text.endswith("\ufffd"):
                     yield ""
                     continue

@@ -90,7 +90,8 @@ def main() -> None:
     args = parser.parse_args()
     report = asyncio.run(run(args))
     gib = 1 << 30
-    print(f"{report['streams']} streams x {report['context']} tokens: peak RSS {report['peak_rss_bytes'] / gib:.2f} GiB, "
+    print(f"{report['streams']} streams x {report['context']} tokens: peak RSS "
+          f"{report['peak_rss_bytes'] / gib:.2f} GiB, "
           f"{(report['peak_over_baseline_bytes']) / gib:.2f} GiB over the baseline; KV budget "
           f"{report['kv_budget_bytes'] / gib:.2f} GiB + weights {report['weight_bytes'] / gib:.2f} GiB; "
           f"within: {report['within_budget_plus_weights']}; preemptions {report['preemptions']}")

@@ -29,9 +29,9 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tenor` 
 from benchmarks.peer_servers import PeerOptions, RunningServer, server_specs  # noqa: E402
 from tenor.bench.metrics import BenchSummary  # noqa: E402
 from tenor.bench.report import format_table, write_json  # noqa: E402
-from tenor.hardware import cpu_info  # noqa: E402
 from tenor.bench.serving import ServingBenchConfig, run_benchmark  # noqa: E402
 from tenor.checkpoints.default_model import default_gguf_path  # noqa: E402
+from tenor.hardware import cpu_info  # noqa: E402
 
 REFERENCE = "llama.cpp"
 
@@ -131,9 +131,11 @@ def comparison_markdown(rows: list[Row]) -> str:
                 lines.append(f"| {r.server} | {r.note} |" + " - |" * 9)
                 continue
             lines.append(
-                f"| {r.server} | {s.completed}/{s.failed}/{s.cut_off + s.not_sent} | {_num(s.request_throughput, 3)} | {_num(s.output_throughput)} "
-                f"| {_ratio(s.output_throughput, ref and ref.output_throughput)} | {_num(s.ttft.p50_ms)} "
-                f"| {_num(s.ttft.p99_ms)} | {_num(s.tpot.p50_ms)} | {_ratio(s.tpot.p50_ms, ref and ref.tpot.p50_ms)} "
+                f"| {r.server} | {s.completed}/{s.failed}/{s.cut_off + s.not_sent} "
+                f"| {_num(s.request_throughput, 3)} | {_num(s.output_throughput)} "
+                f"| {_ratio(s.output_throughput, ref.output_throughput if ref else None)} | {_num(s.ttft.p50_ms)} "
+                f"| {_num(s.ttft.p99_ms)} | {_num(s.tpot.p50_ms)} "
+                f"| {_ratio(s.tpot.p50_ms, ref.tpot.p50_ms if ref else None)} "
                 f"| {_num(s.itl.p50_ms)} | {_num(s.e2el.p50_ms)} |"
             )
     return "\n".join(lines) + "\n"
@@ -185,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     (out_dir / "comparison.json").write_text(json.dumps({
         "started_utc": started, "cpu": {"model": cpu.model_name, "isa": cpu.isa, "cores": cpu.usable_cores,
                                         "flags": sorted(cpu.flags)},
-        "gguf": str(options.gguf), "endpoint": args.endpoint, "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos,
+        "gguf": str(options.gguf), "endpoint": args.endpoint, "max_tokens": args.max_tokens,
+        "ignore_eos": args.ignore_eos,
         "commands": {s.name: list(s.argv) for s in specs},
         "results": [json.loads((out_dir / _json_name(r.server, r.point)).read_text())
                     for r in rows if r.summary is not None],

@@ -72,7 +72,7 @@ def _read(path: str) -> str:
 
 
 def _cpuinfo_fields(text: str) -> tuple[str, frozenset[str]]:
-    name, flags = "", frozenset()
+    name, flags = "", frozenset[str]()
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip().lower()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from tenor import memory as memory_model
 from tenor.errors import UserError
@@ -60,8 +60,10 @@ class ServableConfig:
                 f"{self.max_prefill_predict_length} and {self.max_target_length}"
             )
 
-    def with_overrides(self, **overrides: object) -> "ServableConfig":
-        """A copy with serving parameters changed (publish's key=value overrides)."""
+    def with_overrides(self, **overrides: Any) -> "ServableConfig":
+        """A copy with serving parameters changed (publish's key=value overrides).
+
+        Values are untyped user input: __post_init__ (via dataclasses.replace) checks them."""
         allowed = {f.name for f in dataclasses.fields(self)} - {"name", "model"}
         unknown = sorted(set(overrides) - allowed)
         if unknown:
@@ -168,7 +170,8 @@ register(ServableConfig("test.TinyGPTJRandom", TINY_GPTJ, dtype="float32", quant
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
                         random_weights=True))
 # SAX's multi-host test model (the 175B stand-in): placed only on a model-server group of 2.
-register(ServableConfig("test.LmSpmdRandom", LM_SPMD, dtype="float32", quantize="none", max_batch_size=8, tokenized=True,
+register(ServableConfig("test.LmSpmdRandom", LM_SPMD, dtype="float32", quantize="none", max_batch_size=8,
+                        tokenized=True,
                         max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
                         random_weights=True, group_sizes=(2,)))
 

@@ -21,14 +21,20 @@ import grpc
 from tenor.admin import reports
 from tenor.admin.address_book import BookClosed, ModelGone
 from tenor.admin.election import Election
-from tenor.admin.manager import (AlreadyExistsError, Manager, ManagerOptions, NotFoundError, NotLeaderError,
-                                 NotReadyError)
+from tenor.admin.manager import (
+    AlreadyExistsError,
+    Manager,
+    ManagerOptions,
+    NotFoundError,
+    NotLeaderError,
+    NotReadyError,
+)
 from tenor.admin.naming import CellName, parse_model_name
 from tenor.admin.roles import PREFILL
 from tenor.admin.servers import ServerSpecView
 from tenor.admin.status_page import StatusPage, render_html
-from tenor.auth.channels import CellCredentials, open_access
 from tenor.admin.store import AdminLocation, StoreError, open_store
+from tenor.auth.channels import CellCredentials, open_access
 from tenor.errors import UserError
 from tenor.proto import admin_pb2, admin_pb2_grpc
 
@@ -80,11 +86,13 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         manager = self.manager
         if manager is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "this admin is a standby, not the leader")
+            raise AssertionError("unreachable: context.abort raises")  # grpc's stubs say it returns None
         try:
             return await call(manager)
         except tuple(e for e, _ in _CODES) as exc:
             code = next(c for e, c in _CODES if isinstance(exc, e))
             await context.abort(code, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            raise AssertionError("unreachable: context.abort raises")
 
     async def Publish(self, request, context):
         async def call(m: Manager) -> admin_pb2.PublishResponse:
@@ -141,6 +149,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         manager = self.manager
         if manager is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "this admin is a standby, not the leader")
+            raise AssertionError("unreachable: context.abort raises")  # grpc's stubs say it returns None
         try:
             parse_model_name(request.model_name)
             if request.role not in ("", PREFILL):

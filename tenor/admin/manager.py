@@ -15,8 +15,8 @@ import itertools
 import logging
 import time
 import uuid
-from typing import Callable, Collection
 from dataclasses import dataclass, field
+from typing import Any, Callable, Collection
 
 from tenor.admin.address_book import AddressBook, AddressSet
 from tenor.admin.assigner import ModelDemand, ReplicaStatus, assign
@@ -61,7 +61,8 @@ class ManagerOptions:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.prune_after_s < self.poll_interval_s:
-            raise ValueError(f"prune_after_s ({self.prune_after_s}) must be >= poll_interval_s ({self.poll_interval_s})")
+            raise ValueError(f"prune_after_s ({self.prune_after_s}) "
+                             f"must be >= poll_interval_s ({self.poll_interval_s})")
         if self.max_load_attempts < 1:
             raise ValueError(f"max_load_attempts must be >= 1, got {self.max_load_attempts}")
         if self.startup_grace_s < 0:
@@ -236,7 +237,7 @@ class Manager:
                 server.spec, server.http_address = spec, http_address
                 self._wake.set()
             return
-        dial = {"dial": self._dial} if self._dial is not None else {}
+        dial: dict[str, Any] = {"dial": self._dial} if self._dial is not None else {}
         server = ModelServer(address, http_address, spec, self._on_result, self.options.rpc_timeout_s,
                              self.options.load_timeout_s, **dial)
         self.servers[address] = server

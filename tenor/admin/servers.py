@@ -89,7 +89,7 @@ class ModelServer:
     def __post_init__(self) -> None:
         self._channel = self.dial(self.address)
         self._stub = modelet_pb2_grpc.ModeletStub(self._channel)
-        self._queue: asyncio.Queue[Callable[[], Awaitable[ActionResult]]] = asyncio.Queue()
+        self._queue: asyncio.Queue[Callable[[], Awaitable[tuple[ActionResult, Replica | None]]]] = asyncio.Queue()
         self._worker = asyncio.get_running_loop().create_task(self._work())
 
     async def close(self) -> None:
@@ -156,7 +156,9 @@ class ModelServer:
         self.pending[model_name] = self.pending.get(model_name, 0) + 1
         self.replicas[model_name] = predicted
 
-    async def _call(self, kind: str, request: object, token: int, method: Callable[..., Awaitable[object]],
+    async def _call(self, kind: str,
+                    request: modelet_pb2.LoadRequest | modelet_pb2.UpdateLoadedRequest | modelet_pb2.UnloadRequest,
+                    token: int, method: Callable[..., Awaitable[object]],
                     timeout_s: float) -> tuple[ActionResult, Replica | None]:
         """Runs one Modelet call; returns its result and the replica's state after it (None: gone or unknown)."""
         name = request.model_name

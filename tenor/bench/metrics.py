@@ -113,7 +113,8 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, cut_off: int 
     failed = [r for r in records if not r.ok]
     output_tokens = sum(r.output_tokens for r in done)
     prompt_counts = [r.prompt_tokens for r in done]
-    prompt_tokens = sum(prompt_counts) if done and None not in prompt_counts else None
+    known_counts = [c for c in prompt_counts if c is not None]
+    prompt_tokens = sum(known_counts) if done and len(known_counts) == len(prompt_counts) else None
     tpots = [t for t in (tpot_s(r) for r in done) if t is not None]
     errors = collections.Counter(r.error for r in failed).most_common()
     return BenchSummary(

@@ -20,7 +20,13 @@ from tenor.bench.metrics import RequestRecord, summarize
 from tenor.bench.prompts import load_prompts, make_prompts
 from tenor.bench.report import BenchReport, RunInfo, format_table, write_json
 from tenor.bench.stream_client import (
-    ENDPOINT_PATHS, Endpoint, RequestParams, build_payload, fetch_model_name, fetch_runtime, stream_request,
+    ENDPOINT_PATHS,
+    Endpoint,
+    RequestParams,
+    build_payload,
+    fetch_model_name,
+    fetch_runtime,
+    stream_request,
 )
 from tenor.errors import UserError
 from tenor.hardware import cpu_info

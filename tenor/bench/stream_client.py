@@ -109,7 +109,7 @@ class _Stream:
             latency_s=end - self.start,
             ttft_s=times[0] - self.start if times else None,
             chunk_gaps_s=tuple(b - a for a, b in zip(times, times[1:])),
-            output_tokens=self.usage_tokens if from_usage else len(times),
+            output_tokens=self.usage_tokens if self.usage_tokens is not None else len(times),
             prompt_tokens=self.prompt_tokens,
             token_source="usage" if from_usage else "chunks",
         )

@@ -60,7 +60,7 @@ def read_hf_config(path: Path) -> ModelConfig:
     if architectures:
         arch = next((ARCHITECTURES[a] for a in architectures if a in ARCHITECTURES), None)
     else:
-        arch = MODEL_TYPES.get(data.get("model_type"))
+        arch = MODEL_TYPES.get(data.get("model_type", ""))
     if arch is None:
         raise CheckpointError(
             f"{file}: unsupported architecture {architectures or data.get('model_type')!r}; "

@@ -14,7 +14,8 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
                         help="seconds a request line and headers may take to arrive "
                         f"(default {_DEFAULTS.header_timeout_s:g})")
     parser.add_argument("--body-timeout", type=float, default=_DEFAULTS.body_timeout_s, metavar="S",
-                        help=f"seconds a request body may take to arrive; then 408 (default {_DEFAULTS.body_timeout_s:g})")
+                        help="seconds a request body may take to arrive; then 408 "
+                             f"(default {_DEFAULTS.body_timeout_s:g})")
     parser.add_argument("--keep-alive-timeout", type=float, default=_DEFAULTS.keep_alive_timeout_s, metavar="S",
                         help=f"seconds an idle connection stays open (default {_DEFAULTS.keep_alive_timeout_s:g})")
     parser.add_argument("--max-connections", type=int, default=_DEFAULTS.max_connections, metavar="N",

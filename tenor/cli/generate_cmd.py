@@ -19,7 +19,8 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
                    help="activations dtype; auto (the default) picks bfloat16 only where the CPU computes it natively")
     p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
-                   help="linear weights: auto (the default), none (in --dtype, exact), fp16 (FBGEMM), int8 (decode) + fp16")
+                   help="linear weights: auto (the default), none (in --dtype, exact), fp16 (FBGEMM), "
+                        "int8 (decode) + fp16")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=0)

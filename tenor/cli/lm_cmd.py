@@ -10,10 +10,10 @@ import argparse
 import sys
 from typing import Sequence, TextIO
 
-from tenor.client.client import ClientOptions, ExtraValue, LanguageModel, Model, Sample, StreamItem
-from tenor.errors import UserError
 from tenor.cli.credential_flags import add_credential_flags, credentials_from
 from tenor.cli.table import render_table
+from tenor.client.client import ClientOptions, ExtraValue, LanguageModel, Model, Sample, StreamItem
+from tenor.errors import UserError
 
 DEFAULT_TIMEOUT_S = 60.0  # saxutil's --sax_timeout
 

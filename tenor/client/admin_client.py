@@ -7,10 +7,11 @@ admin's answer and surface as AdminError with its one-line message.
 
 from __future__ import annotations
 
+import builtins
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import grpc
 
@@ -102,6 +103,7 @@ class AdminClient:
             if channel is None or channel is not self._channel:
                 return
             self._channel = None
+        assert channel is not None  # checked above, under the lock
         channel.close()
 
     def _with_retries(self, attempt: Callable[[admin_pb2_grpc.AdminStub, float], T], timeout_s: float | None) -> T:
@@ -132,8 +134,8 @@ class AdminClient:
             time.sleep(max(0.0, min(backoff, deadline - time.monotonic())))
             backoff = min(backoff * 1.5, _BACKOFF_MAX_S)
 
-    def _unary(self, method: str, request: object, timeout_s: float | None = None, *, long: bool = False) -> T:
-        def attempt(stub: admin_pb2_grpc.AdminStub, remaining: float) -> T:
+    def _unary(self, method: str, request: object, timeout_s: float | None = None, *, long: bool = False) -> Any:
+        def attempt(stub: admin_pb2_grpc.AdminStub, remaining: float) -> Any:
             return getattr(stub, method)(request, timeout=remaining if long else min(remaining, _ATTEMPT_TIMEOUT_S))
 
         return self._with_retries(attempt, timeout_s)
@@ -190,7 +192,7 @@ class AdminClient:
     def stats(self) -> admin_pb2.StatsResponse:
         return self._unary("Stats", admin_pb2.StatsRequest())
 
-    def wait_for_ready(self, name: str, num_replicas: int, timeout_s: float | None = None) -> list[str]:
+    def wait_for_ready(self, name: str, num_replicas: int, timeout_s: float | None = None) -> builtins.list[str]:
         request = admin_pb2.WaitForReadyRequest(model_name=name, num_replicas=num_replicas)
         try:
             response = self._unary("WaitForReady", request, timeout_s, long=True)

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import grpc
 
@@ -28,6 +28,10 @@ from tenor.client.location import (
 )
 from tenor.engine.api import EngineError, EngineUnavailableError, InvalidRequestError, OverloadedError
 from tenor.proto import lm_pb2, lm_pb2_grpc
+
+if TYPE_CHECKING:  # imported lazily at run time (only a cell root needs them)
+    from tenor.admin.store import CellStore
+    from tenor.client.admin_client import AdminClient, LocationWatch
 
 T = TypeVar("T")
 ExtraValue = float | int | str
@@ -108,8 +112,8 @@ class Model:
         self._store, self._access = _open_access(self.name, options)
         self._channels = _Channels(self._access)
         self._watcher: LocationWatcher | None = None
-        self._admin = None  # AdminClient, once watching
-        self._location_watch = None  # its LocationWatch, closed to end the watcher's stream
+        self._admin: AdminClient | None = None  # once watching
+        self._location_watch: LocationWatch | None = None  # its LocationWatch, closed to end the watcher's stream
         self._lock = threading.Lock()
 
     def lm(self) -> "LanguageModel":
@@ -186,7 +190,7 @@ class Model:
             watch.close()
 
 
-def _open_access(name: str, options: ClientOptions) -> tuple[object | None, CellAccess]:
+def _open_access(name: str, options: ClientOptions) -> tuple[CellStore | None, CellAccess]:
     """The credential for this model's cell: from the root when there is one (proxy mode may have none)."""
     from tenor.admin.naming import parse_model_name
     from tenor.admin.store import ROOT_ENV, open_store, resolve_root

@@ -134,6 +134,7 @@ def call_with_retry(
             code = exc.code() if callable(getattr(exc, "code", None)) else None
             if code not in RETRYABLE_CODES:
                 raise
+            assert code is not None  # None is not retryable
             last = f"{address}: {code.name} {exc.details() if callable(getattr(exc, 'details', None)) else ''}"
             avoid.add(address)
             if avoid >= set(replicas.addresses()):

@@ -47,7 +47,7 @@ class KVBlocks:
 def _raw(tensor: torch.Tensor) -> memoryview:
     import torch
 
-    return memoryview(tensor.contiguous().view(torch.uint8).reshape(-1).numpy())
+    return tensor.contiguous().view(torch.uint8).reshape(-1).numpy().data  # the array's own buffer, as memoryview(a)
 
 
 def encode(blocks: KVBlocks, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.KVChunk]:
@@ -91,7 +91,10 @@ def _tensor(buffer: bytearray, offset: int, shape: list[int], dtype: torch.dtype
     import torch
 
     size = _nbytes(shape, dtype)
-    flat = torch.frombuffer(buffer, dtype=torch.uint8, count=size, offset=offset) if size else torch.empty(0, dtype=torch.uint8)
+    if size:
+        flat = torch.frombuffer(buffer, dtype=torch.uint8, count=size, offset=offset)
+    else:
+        flat = torch.empty(0, dtype=torch.uint8)
     return flat.view(dtype).reshape(shape).clone()
 
 

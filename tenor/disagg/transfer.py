@@ -167,7 +167,8 @@ class KVTransferService(pb_grpc.KVTransferServicer):
 
     async def Prefill(self, request: pb.PrefillRequest, context: grpc.aio.ServicerContext):
         if request.skip_blocks < 0:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"skip_blocks must be >= 0, got {request.skip_blocks}")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"skip_blocks must be >= 0, got {request.skip_blocks}")
         try:
             engine = self._models.ready(request.model_key).engine
             if not hasattr(engine, "prefill_export"):

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from tenor.engine.factory import EngineOptions
 from tenor.server.modelet_service import LoadFailedError, ModelSpec, ModelTable, Status
+
+if TYPE_CHECKING:
+    from tenor.dist.leader import GroupLeader
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 0.2
@@ -26,7 +30,7 @@ class GroupModelTable(ModelTable):
         await super().load(name, spec)
 
 
-async def form_group_table(config) -> tuple[object, GroupModelTable]:
+async def form_group_table(config) -> tuple[GroupLeader, GroupModelTable]:
     """Forms the group (waits for every rank, within the join timeout) and a table that uses it."""
     from tenor.dist.leader import GroupLeader
 

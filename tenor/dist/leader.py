@@ -102,13 +102,13 @@ class GroupLeader:
         self._beat.start()
 
     @contextlib.contextmanager
-    def collectives(self) -> Iterator[None]:
+    def collectives(self) -> Iterator[Group]:
         """Exclusive use of the group; a failure inside marks it broken and raises GroupError."""
         with self._lock:
             if self.broken or self.group is None:
                 raise GroupError("the model-server group is broken: a rank is missing")
             try:
-                yield
+                yield self.group
             except GroupError as exc:
                 self.mark_broken(exc)
                 raise
@@ -120,12 +120,12 @@ class GroupLeader:
 
     def load(self, servable: ServableConfig, checkpoint: str | None, dtype: str, weight_format: str) -> RankModel:
         check_group_size(servable.model, self.spec.size)  # before anyone loads (random weights' shapes)
-        with self.collectives():
-            messages.send(self.group, Kind.LOAD, messages.encode_json(
+        with self.collectives() as group:
+            messages.send(group, Kind.LOAD, messages.encode_json(
                 {"servable": servable_to_json(servable), "checkpoint": checkpoint, "dtype": dtype,
                  "weights": weight_format}))
-            ranked = load_rank_model(self.group, servable, checkpoint, dtype, weight_format)
-            self.group.wait_all("loading the model")
+            ranked = load_rank_model(group, servable, checkpoint, dtype, weight_format)
+            group.wait_all("loading the model")
         self.local_kv_heads = ranked.model.local.config.num_kv_heads
         ranked.model = LeaderModel(ranked.model, self)  # type: ignore[assignment]
         return ranked

@@ -39,7 +39,7 @@ class StepInputs:
 def send(group, kind: Kind, payload: torch.Tensor | None = None) -> None:
     length = 0 if payload is None else payload.numel()
     group.broadcast(torch.tensor([int(kind), length], dtype=torch.int64))
-    if length:
+    if payload is not None and length:
         group.broadcast(payload.to(torch.int64).contiguous())
 
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from tenor.dist.shard_plan import RankShard, TensorSlice, local_config, tensor_slice
 from tenor.errors import CheckpointError
 from tenor.models.config import ModelConfig
+from tenor.models.decoder import DecoderLM
 from tenor.models.model import build_model, random_weights
 
 
@@ -137,7 +137,7 @@ def _gguf_source(path: Path) -> ShardSource:
 
 
 def load_shard(source: ShardSource, shard: RankShard, dtype: torch.dtype, max_positions: int | None = None,
-               weight_format: str = "dense") -> tuple[nn.Module, ModelConfig]:
+               weight_format: str = "dense") -> tuple[DecoderLM, ModelConfig]:
     """This rank's model (built with its local shapes) and the full model's config."""
     config = source.config
     if max_positions is not None and config.max_position_embeddings < max_positions:

@@ -15,13 +15,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from tenor.dist.shard_plan import RankShard
+from tenor.models.decoder import DecoderLM
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear
 
 ROW_PARALLEL = ("o", "down", "fc_out")
 
 
 class ShardedLM(nn.Module):
-    def __init__(self, local: nn.Module, shard: RankShard, vocab_size: int, group) -> None:
+    def __init__(self, local: DecoderLM, shard: RankShard, vocab_size: int, group) -> None:
         super().__init__()
         self.local = local
         self.shard = shard

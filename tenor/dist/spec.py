@@ -4,6 +4,7 @@ LeaderWorkerSet's environment (no torch here: the CLI and servers import it chea
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 LWS_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
@@ -56,7 +57,7 @@ def parse_leader(address: str) -> tuple[str, int]:
 
 
 def spec_from_env(size: int | None, rank: int | None, leader: str | None,
-                  env: dict[str, str] | None = None, **extra) -> GroupSpec | None:
+                  env: Mapping[str, str] | None = None, **extra) -> GroupSpec | None:
     """Flags first, LeaderWorkerSet's environment when a flag is absent; None when no group is asked for."""
     env = os.environ if env is None else env
     if size is None and env.get(LWS_GROUP_SIZE):

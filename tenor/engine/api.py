@@ -233,7 +233,8 @@ class Engine(Protocol):
     async def score(self, prefix_token_ids: Sequence[int], suffix_token_ids: Sequence[int]) -> float:
         """log P(suffix | prefix), the sum of the suffix tokens' logprobs."""
 
-    async def token_logprobs(self, prefix_token_ids: Sequence[int], suffix_token_ids: Sequence[int]) -> tuple[float, ...]:
+    async def token_logprobs(self, prefix_token_ids: Sequence[int],
+                             suffix_token_ids: Sequence[int]) -> tuple[float, ...]:
         """Each suffix token's logprob given everything before it (what `score` sums)."""
 
     def health(self) -> HealthState: ...

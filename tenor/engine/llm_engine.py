@@ -14,7 +14,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator
 from typing import Sequence as Seq
 
 import torch
@@ -30,6 +30,7 @@ from tenor.engine.api import (
     RequestOutput,
     RuntimeInfo,
     SamplingParams,
+    Tokenizer,
 )
 from tenor.engine.block_manager import BlockManager
 from tenor.engine.kv_handoff import export_prompt_blocks, held_prefix_blocks, import_prompt_blocks
@@ -45,6 +46,9 @@ from tenor.memory import default_kv_cache_bytes, kv_bytes_per_token
 from tenor.models.layers import PagedKVCache
 from tenor.registry import ServableConfig
 
+if TYPE_CHECKING:
+    from tenor.dist.leader import GroupLeader
+
 log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 16
@@ -57,7 +61,7 @@ class LLMEngine:
         self.servable = servable
         self.model_name = servable.name
         self.limits = EngineLimits(servable.max_prefill_predict_length, servable.max_target_length)
-        self.tokenizer = None  # set once loaded
+        self.tokenizer: Tokenizer = None  # type: ignore[assignment]  # set once loaded, before any request
         self._checkpoint = checkpoint
         self._options = options
         self._state = HealthState.LOADING
@@ -72,7 +76,7 @@ class LLMEngine:
         self._last_progress = time.monotonic()
         self._prompt_tokens = 0
         self._generated_tokens = 0
-        self._group = None  # tenor.dist.leader.GroupLeader when leading a model-server group
+        self._group: GroupLeader | None = None  # when leading a model-server group
         self._runtime: RuntimeInfo | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -333,10 +337,10 @@ class LLMEngine:
                 self._scheduler.add(seq)
             self._prompt_tokens += len(state.request.prompt_token_ids)
         for request_id in aborts:
-            state = self._requests.get(request_id)
-            if state is not None:
-                state.abort()
-                self._retire(state)
+            aborted = self._requests.get(request_id)
+            if aborted is not None:
+                aborted.abort()
+                self._retire(aborted)
 
     def _step(self) -> None:
         plan = self._scheduler.schedule()
@@ -386,6 +390,7 @@ class LLMEngine:
 
     def _import_kv(self, state: RequestState) -> None:
         incoming, state.incoming_kv = state.incoming_kv, None
+        assert incoming is not None  # the caller checks
         try:
             state.pinned_blocks = import_prompt_blocks(self._blocks, self._runner.cache,
                                                        state.request.prompt_token_ids, incoming)

@@ -99,7 +99,8 @@ class MockEngine:
     async def score(self, prefix_token_ids: Sequence[int], suffix_token_ids: Sequence[int]) -> float:
         return float(sum(await self.token_logprobs(prefix_token_ids, suffix_token_ids)))
 
-    async def token_logprobs(self, prefix_token_ids: Sequence[int], suffix_token_ids: Sequence[int]) -> tuple[float, ...]:
+    async def token_logprobs(self, prefix_token_ids: Sequence[int],
+                             suffix_token_ids: Sequence[int]) -> tuple[float, ...]:
         self._check_ready()
         return (SCORE_LOGPROB,) * len(suffix_token_ids)
 

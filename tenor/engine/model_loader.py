@@ -5,26 +5,30 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 
 from tenor.engine.api import Tokenizer
 from tenor.errors import UserError
 from tenor.hardware import Precision, resolve_precision
 from tenor.models.config import ModelConfig
+from tenor.models.decoder import DecoderLM
 from tenor.models.model import build_model, parse_dtype, random_weights
 from tenor.registry import ServableConfig
+
+if TYPE_CHECKING:
+    from tenor.dist.leader import GroupLeader
 
 
 @dataclass
 class LoadedModel:
-    model: nn.Module
+    model: DecoderLM
     config: ModelConfig
     tokenizer: Tokenizer
     dtype: torch.dtype
     precision: Precision
-    group: object = None  # tenor.dist.leader.GroupLeader when the model is sharded over a group
+    group: GroupLeader | None = None  # when the model is sharded over a group
     cache_kv_heads: int | None = None  # KV heads this process caches (its shard's); None: all
 
 

@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
-from tenor.engine.api import FinishReason, GenerateRequest, RequestOutput, SampleDelta, TokenLogprob, Tokenizer
+from tenor.engine.api import FinishReason, GenerateRequest, RequestOutput, SampleDelta, Tokenizer, TokenLogprob
 from tenor.engine.output import SampleText
 from tenor.engine.sampling import SampledToken, make_generator
 from tenor.engine.sequence import Sequence
+
+if TYPE_CHECKING:
+    from tenor.disagg.kv_blocks import KVBlocks
 
 _keys = itertools.count()
 
@@ -39,8 +43,8 @@ class RequestState:
         # prompt's blocks from `export_skip_blocks` on; a decode-side request brings `incoming_kv`,
         # imported into `pinned_blocks`, held until it retires.
         self.export_skip_blocks: int | None = None
-        self.exported = None
-        self.incoming_kv = None
+        self.exported: KVBlocks | None = None
+        self.incoming_kv: KVBlocks | None = None
         self.pinned_blocks: list[int] = []
 
     @property
@@ -56,7 +60,7 @@ class RequestState:
         seq.token_ids.append(pick.token_id)
         seq.cumulative_logprob += pick.logprob
         delta = self._texts[i].add(pick.token_id, len(seq.token_ids))
-        logprobs = ()
+        logprobs: tuple[TokenLogprob, ...] = ()
         if self.request.sampling.logprobs is not None:
             logprobs = (TokenLogprob(pick.token_id, pick.logprob, pick.top),)
         self._pending.append(SampleDelta(i, (pick.token_id,), delta.text, seq.cumulative_logprob, logprobs,

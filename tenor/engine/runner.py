@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from tenor.engine.scheduler import Chunk, StepPlan
 from tenor.engine.sequence import Sequence
+from tenor.models.decoder import DecoderLM
 from tenor.models.layers import AttentionBatch, PagedKVCache, PrefillSpan
 
 
@@ -19,7 +19,7 @@ class StepOutput:
 
 
 class ModelRunner:
-    def __init__(self, model: nn.Module, cache: PagedKVCache) -> None:
+    def __init__(self, model: DecoderLM, cache: PagedKVCache) -> None:
         self.model = model
         self.cache = cache
         self.block_size = cache.block_size

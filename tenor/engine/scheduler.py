@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tenor.engine.block_manager import ROOT_KEY, BlockManager, block_key
-from tenor.engine.sequence import Sequence, SeqStatus
+from tenor.engine.sequence import SeqStatus, Sequence
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,8 @@ class Scheduler:
 
     def _admit(self, seq: Sequence, budget: int, plan: StepPlan) -> int:
         """Moves the head of the queue into running with its first chunk; 0 if it cannot fit."""
-        cached, keys = [], []
+        cached: list[int] = []
+        keys: list[bytes] = []
         if not seq.block_table:
             # Never take the whole prompt from the cache: its last token must run for logits.
             cached, keys = self.blocks.match_prefix(seq.token_ids[: len(seq.token_ids) - 1])

@@ -7,13 +7,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tenor.models.layers import AttentionBatch, PagedKVCache, Rotary
+from tenor.models.config import ModelConfig
+from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary
 
 
 class DecoderLM(nn.Module):
+    config: ModelConfig
     embed: nn.Parameter
     layers: nn.ModuleList
-    lm_head: nn.Module
+    lm_head: ParallelLinear
     rotary: Rotary
     native_kernels: bool = False  # run tenor's fused float32 kernels (set by build_model)
 

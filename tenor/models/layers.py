@@ -49,6 +49,7 @@ class ParallelLinear(nn.Module):
         self.kernel = make_kernel(weight, dtype, weight_format, scale=scale, bias=bias if self.has_bias else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        assert self.kernel is not None, "load() the weights first"
         out = self.kernel(x)
         if self._reduce is not None:
             out = self._reduce(out)
@@ -86,6 +87,9 @@ class Rotary(nn.Module):
     rotation's minus sign is folded into the sin table, so a rotation costs four small ops.
     """
 
+    cos: torch.Tensor  # registered buffers: [max_positions, rot_dim]
+    sin: torch.Tensor
+
     def __init__(self, rot_dim: int, max_positions: int, theta: float, scaling: RopeScaling | None,
                  interleaved: bool) -> None:
         super().__init__()
@@ -115,7 +119,8 @@ class Rotary(nn.Module):
             return x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
         return x.roll(self.rot_dim // 2, dims=-1)
 
-    def apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # Shadows nn.Module.apply(fn), which nothing calls on a Rotary.
+    def apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         """x: [T, heads, E]; rotates the first rot_dim dims of every head."""
         if self.rot_dim == x.shape[-1]:
             return x * cos + self._swap(x) * sin
@@ -175,6 +180,7 @@ class PagedKVCache:
         kv = torch.stack([k, v]).transpose(1, 2)  # [2, K, T, E]
         if self.quantized:
             # In float32 and clamped: a bf16 division can round 127 up to 128, which wraps in int8.
+            assert self.scales is not None  # allocated when quantized
             kv = kv.float()
             scale = kv.abs().amax(dim=-1, keepdim=True).clamp(min=1e-6) / 127.0
             self.scales[layer].index_copy_(2, slots, scale.to(self.dtype))
@@ -185,6 +191,7 @@ class PagedKVCache:
         """k, v at `slots` [L] -> [K, L, E] each."""
         kv = self.kv[layer].index_select(2, slots)
         if self.quantized:
+            assert self.scales is not None
             kv = kv.to(self.dtype) * self.scales[layer].index_select(2, slots)
         return kv[0], kv[1]
 
@@ -196,6 +203,7 @@ class PagedKVCache:
         shape = (2, self.num_kv_heads, self.num_blocks, self.block_size, self.head_dim)
         flat = blocks.reshape(-1)
         if self.quantized:
+            assert self.scales is not None
             scale_shape = shape[:-1] + (1,)
             kv = self.kv[layer].view(shape).index_select(2, flat)
             kv = kv.to(self.dtype) * self.scales[layer].view(scale_shape).index_select(2, flat)
@@ -214,7 +222,7 @@ class PagedKVCache:
         quantized) and, when quantized, their scales [layers, 2, K, B, block_size, 1]."""
         index = torch.tensor(blocks, dtype=torch.long)
         kv = self._block_view(self.kv).index_select(3, index)
-        scales = self._block_view(self.scales).index_select(3, index) if self.quantized else None
+        scales = self._block_view(self.scales).index_select(3, index) if self.scales is not None else None
         return kv, scales
 
     def import_blocks(self, blocks: list[int], kv: torch.Tensor, scales: torch.Tensor | None) -> None:
@@ -230,6 +238,7 @@ class PagedKVCache:
         index = torch.tensor(blocks, dtype=torch.long)
         self._block_view(self.kv).index_copy_(3, index, kv)
         if scales is not None:
+            assert self.scales is not None  # checked above: only a quantized cache takes scales
             self._block_view(self.scales).index_copy_(3, index, scales)
 
     def _scratch(self, shape: tuple[int, ...]) -> torch.Tensor:
@@ -241,9 +250,10 @@ class PagedKVCache:
 
 def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: AttentionBatch) -> torch.Tensor:
     """q: [B, H, E] for the decode tokens -> [B, H, E], each over its own sequence's blocks."""
+    assert batch.decode_blocks is not None  # set whenever the batch has decodes
     if batch.native and q.dtype == torch.float32 and batch.decode_lengths is not None:
         # Reads the blocks in place: no gathered copy of every context.
-        scales = (cache.scales[layer, 0], cache.scales[layer, 1]) if cache.quantized else (None, None)
+        scales = (cache.scales[layer, 0], cache.scales[layer, 1]) if cache.scales is not None else (None, None)
         return native.paged_decode_attention(q, cache.kv[layer, 0], cache.kv[layer, 1], batch.decode_blocks,
                                              batch.decode_lengths, cache.block_size, batch.decode_span,
                                              cache.native_scratch, *scales)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from tenor.models import native
 from tenor.models.config import ModelConfig
+from tenor.models.decoder import DecoderLM
 from tenor.models.gptj import GPTJModel
 from tenor.models.llama import LlamaModel
 
@@ -21,11 +21,11 @@ def parse_dtype(name: str) -> torch.dtype:
 
 
 def build_model(config: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                weight_format: str = "dense") -> nn.Module:
+                weight_format: str = "dense") -> DecoderLM:
     """`weight_format` "fp16" stores linear weights as float16 for FBGEMM (float32 activations),
     "int8" adds int8 blocks for decode-sized batches; both run the fused native kernels where
     they build. "dense" stays on torch's own ops: the reference path."""
-    model: nn.Module = LlamaModel(config) if config.arch == "llama" else GPTJModel(config)
+    model: LlamaModel | GPTJModel = LlamaModel(config) if config.arch == "llama" else GPTJModel(config)
     model.load_weights(weights, dtype, weight_format)
     model.native_kernels = weight_format in ("fp16", "int8") and dtype == torch.float32 and native.available()
     return model.eval()

@@ -92,6 +92,12 @@ def available() -> bool:
     return library() is not None
 
 
+def _built() -> ctypes.CDLL:
+    lib = library()
+    assert lib is not None, "callers check available() first"
+    return lib
+
+
 def _ptr(t: torch.Tensor) -> int:
     return t.data_ptr()
 
@@ -99,7 +105,7 @@ def _ptr(t: torch.Tensor) -> int:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x [T, D] float32 contiguous -> RMSNorm(x) * weight."""
     out = torch.empty_like(x)
-    library().tenor_rms_norm_f32(_ptr(x), _ptr(weight), _ptr(out), x.shape[0], x.shape[1], eps)
+    _built().tenor_rms_norm_f32(_ptr(x), _ptr(weight), _ptr(out), x.shape[0], x.shape[1], eps)
     return out
 
 
@@ -107,7 +113,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """gate_up [T, 2F] float32 contiguous -> silu(gate) * up [T, F]."""
     rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty(rows, inter, dtype=gate_up.dtype)
-    library().tenor_silu_mul_f32(_ptr(gate_up), _ptr(out), rows, inter)
+    _built().tenor_silu_mul_f32(_ptr(gate_up), _ptr(out), rows, inter)
     return out
 
 
@@ -116,7 +122,7 @@ def rotary_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_c
     """In place: rotates the q and k heads of qkv [T, (H + 2K) * E] (Llama's rotate-half over whole
     heads; cos, sin [T, E] contiguous with the sign in sin) and writes k, v to the cache [K, S, E]."""
     dim = k_cache.shape[2]
-    library().tenor_rotary_kv_write_f32(_ptr(qkv), _ptr(cos), _ptr(sin), _ptr(k_cache), _ptr(v_cache), _ptr(slots),
+    _built().tenor_rotary_kv_write_f32(_ptr(qkv), _ptr(cos), _ptr(sin), _ptr(k_cache), _ptr(v_cache), _ptr(slots),
                                         qkv.shape[0], num_heads, num_kv_heads, dim, k_cache.shape[1])
 
 
@@ -146,10 +152,10 @@ def paged_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ta
     buffer = scratch.get(threads * (heads // kv_heads) * max_len)
     shape = (batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len, dim ** -0.5, threads)
     if k_scales is None or v_scales is None:
-        library().tenor_paged_decode_attention_f32(
+        _built().tenor_paged_decode_attention_f32(
             _ptr(q), _ptr(k), _ptr(v), _ptr(table), _ptr(lengths), _ptr(out), _ptr(buffer), *shape)
     else:
-        library().tenor_paged_decode_attention_kv8(
+        _built().tenor_paged_decode_attention_kv8(
             _ptr(q), _ptr(k), _ptr(v), _ptr(k_scales), _ptr(v_scales), _ptr(table), _ptr(lengths), _ptr(out),
             _ptr(buffer), *shape)
     return out
@@ -179,10 +185,12 @@ def quantize_u8_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
         if best_q is None:
             best_q, best_scale, best_min, best_error = q, scale, minimum, error
             continue
+        assert best_scale is not None and best_min is not None and best_error is not None  # set on the first pass
         better = error < best_error
         best_q = torch.where(better[..., None], q, best_q)
         best_scale, best_min = torch.where(better, scale, best_scale), torch.where(better, minimum, best_min)
         best_error = torch.minimum(error, best_error)
+    assert best_q is not None and best_scale is not None and best_min is not None  # candidates is not empty
     return (best_q.to(torch.uint8).reshape(out_features, in_features).contiguous(), best_scale.contiguous(),
             best_min.contiguous())
 
@@ -199,7 +207,7 @@ def i8_block_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor,
     quantized to int16 per block of 32 inside the kernel (see tenor_i8_block_linear_f32)."""
     rows, out_features = x.shape[0], weight.shape[0]
     out = torch.empty(rows, out_features)
-    library().tenor_i8_block_linear_f32(_ptr(x), _ptr(weight), _ptr(scales), _ptr(offsets),
+    _built().tenor_i8_block_linear_f32(_ptr(x), _ptr(weight), _ptr(scales), _ptr(offsets),
                                        None if bias is None else _ptr(bias), _ptr(out), rows, x.shape[1],
                                        out_features, torch.get_num_threads())
     return out
@@ -216,7 +224,7 @@ def llama_decode(x: torch.Tensor, layer_weights: torch.Tensor, kv: torch.Tensor,
     num_layers, _, kv_heads, num_slots, head_dim = kv.shape
     threads = torch.get_num_threads()
     scores = scratch.get(threads * (num_heads // kv_heads) * max_len)
-    library().tenor_llama_decode_f32(
+    _built().tenor_llama_decode_f32(
         _ptr(x), _ptr(layer_weights), _ptr(kv), _ptr(cos), _ptr(sin), _ptr(slots), _ptr(table), _ptr(lengths),
         _ptr(scores), rows, num_layers, dim, num_heads, kv_heads, head_dim, intermediate_size, table.shape[1],
         block_size, num_slots, max_len, eps, threads)

@@ -19,7 +19,7 @@ import os
 import signal
 import socket
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import grpc
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -29,12 +29,18 @@ from prometheus_client.registry import Collector
 from tenor.auth.channels import CellAccess, CellCredentials, open_access
 from tenor.dist.spec import GroupSpec
 from tenor.engine.api import EngineUnavailableError, HealthState
-from tenor.server.http.connection_limits import ConnectionLimits
 from tenor.errors import UserError
 from tenor.proto import common_pb2, jetstream_pb2_grpc, lm_pb2_grpc, modelet_pb2_grpc
+from tenor.server.http.connection_limits import ConnectionLimits
 from tenor.server.lm_service import LMService
 from tenor.server.modelet_service import ModeletService, ModelTable, Status, model_state
 from tenor.server.orchestrator import jetstream_orchestrator
+
+if TYPE_CHECKING:  # imported lazily at run time: they are heavy or only used on some paths
+    import uvicorn
+    from starlette.routing import BaseRoute
+
+    from tenor.server.join_loop import JoinLoop
 
 log = logging.getLogger(__name__)
 PLATFORMS = ("cpu", "cuda")
@@ -111,9 +117,9 @@ class ModelServer:
         self.address = ""
         self.http_address = ""
         self._grpc: grpc.aio.Server | None = None
-        self._http = None  # uvicorn.Server
+        self._http: uvicorn.Server | None = None
         self._http_task: asyncio.Task | None = None
-        self._join = None  # JoinLoop
+        self._join: JoinLoop | None = None
         self.access: CellAccess | None = None
 
     def _take_role(self, name: str, engine, role: str):
@@ -201,8 +207,8 @@ class ModelServer:
 
         sock = bound_socket(self.config.host, self.config.http_port or 0)
         self.http_address = advertised(self.config.host, sock.getsockname()[1])
-        from tenor.server.http.connection_limits import uvicorn_options
         from tenor.disagg.metrics import DisaggCollector
+        from tenor.server.http.connection_limits import uvicorn_options
 
         face = build_face(self.table, self.config.http_limits.body_timeout_s)
         face.add_collector(DisaggCollector(self.kv_transfer_service, self._decode_role))
@@ -240,7 +246,7 @@ class HttpFace:
 
         self._table = table
         self._body_timeout_s = body_timeout_s
-        self._mounted: dict[str, tuple[object, object]] = {}  # short name -> (engine, app)
+        self._mounted: dict[str, tuple[object, Any]] = {}  # short name -> (engine, app)
         self._registry = CollectorRegistry(auto_describe=True)
         self._registry.register(_TableCollector(table))
         self.app = FastAPI(title="tenor model server")
@@ -286,12 +292,14 @@ class HttpFace:
                 changed = True
         for key, model in loaded.items():
             if key not in self._mounted:
+                assert model.engine is not None and model.servable is not None  # LOADED models have both
                 app = build_app(model.engine, served_model_name=model.name, tokenized=model.servable.tokenized,
                                 body_timeout_s=self._body_timeout_s)
                 self._mounted[key] = (model.engine, app)
                 changed = True
         if changed:
-            mounts = [Mount(f"/models/{key}", app=app) for key, (_, app) in sorted(self._mounted.items())]
+            mounts: list[BaseRoute] = [
+                Mount(f"/models/{key}", app=app) for key, (_, app) in sorted(self._mounted.items())]
             self.app.router.routes = self._base_routes + mounts
 
 
@@ -306,7 +314,8 @@ class _TableCollector(Collector):
         self._table = table
 
     def collect(self) -> Iterator[Metric]:
-        status = GaugeMetricFamily("tenor:model_status", "1 for the model's current status.", labels=["model", "status"])
+        status = GaugeMetricFamily("tenor:model_status", "1 for the model's current status.",
+                                   labels=["model", "status"])
         queue = GaugeMetricFamily("tenor:model_queue_depth", "Requests waiting.", labels=["model"])
         running = GaugeMetricFamily("tenor:model_running", "Requests being decoded.", labels=["model"])
         latency = GaugeMetricFamily(
@@ -319,7 +328,8 @@ class _TableCollector(Collector):
             status.add_metric([served.name, Status.Name(state.status)], 1)
             queue.add_metric([served.name], state.queue_depth)
             running.add_metric([served.name], state.running)
-            for q, value in (("0.5", state.latency_p50_ms), ("0.95", state.latency_p95_ms), ("0.99", state.latency_p99_ms)):
+            quantiles = (("0.5", state.latency_p50_ms), ("0.95", state.latency_p95_ms), ("0.99", state.latency_p99_ms))
+            for q, value in quantiles:
                 latency.add_metric([served.name, q], value)
             ok.add_metric([served.name], state.requests_ok)
             failed.add_metric([served.name], state.requests_failed)

@@ -226,7 +226,7 @@ def model_state(served: ServedModel) -> modelet_pb2.ModelState:
         model_name=served.name,
         config_name=served.spec.config_name,
         checkpoint=served.spec.checkpoint or "",
-        status=served.status,
+        status=served.status,  # type: ignore[arg-type]  # an enum value held as int; the stubs want the enum type
         failure_reason=reason,
         queue_depth=stats.num_waiting if stats else 0,
         running=stats.num_running if stats else 0,
@@ -245,7 +245,8 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
         self._table = table
         self._started = time.monotonic() if started_at is None else started_at
 
-    async def Load(self, request: modelet_pb2.LoadRequest, context: grpc.aio.ServicerContext) -> modelet_pb2.LoadResponse:
+    async def Load(self, request: modelet_pb2.LoadRequest,
+                   context: grpc.aio.ServicerContext) -> modelet_pb2.LoadResponse:
         spec = ModelSpec.of(request.config_name, request.checkpoint, request.overrides, request.role)
         try:
             await self._table.load(request.model_name, spec)
@@ -253,7 +254,8 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
             await context.abort(_load_failure_code(exc), str(exc))
         return modelet_pb2.LoadResponse()
 
-    async def Unload(self, request: modelet_pb2.UnloadRequest, context: grpc.aio.ServicerContext) -> modelet_pb2.UnloadResponse:
+    async def Unload(self, request: modelet_pb2.UnloadRequest,
+                     context: grpc.aio.ServicerContext) -> modelet_pb2.UnloadResponse:
         await self._table.unload(request.model_name)
         return modelet_pb2.UnloadResponse()
 

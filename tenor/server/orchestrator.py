@@ -11,7 +11,7 @@ samples per request, each streamed as it grows.
 from __future__ import annotations
 
 import logging
-from typing import Any, AsyncIterator, Callable, Protocol, Sequence
+from typing import Any, AsyncGenerator, AsyncIterator, Callable, Protocol, Sequence
 
 import grpc
 
@@ -51,7 +51,7 @@ def decode_sampling(request: jetstream_pb2.DecodeRequest) -> SamplingParams:
 
 async def decode(
     pipeline: RequestPipeline, request: jetstream_pb2.DecodeRequest
-) -> AsyncIterator[jetstream_pb2.DecodeResponse]:
+) -> AsyncGenerator[jetstream_pb2.DecodeResponse, None]:
     """One DecodeResponse per engine output, with every sample's new text and ids."""
     prompt, ids_only = decode_prompt(pipeline, request)
     sampling = decode_sampling(request)

@@ -129,7 +129,9 @@ class RequestPipeline:
             _check_text(message.get("content", ""), f"{prompt.field}[{i}].content")
         try:
             # The template writes the special tokens (BOS, role markers) itself.
-            return tuple(self.engine.tokenizer.encode_chat(list(prompt.messages), add_generation_prompt=True))
+            # Read-only mappings: templates only read the messages.
+            messages = list(prompt.messages)
+            return tuple(self.engine.tokenizer.encode_chat(messages, add_generation_prompt=True))  # type: ignore[arg-type]
         except Exception as exc:  # templates raise on conversations they refuse (roles out of order...)
             raise InvalidRequestError(f"the chat template rejected the '{prompt.field}': {exc}") from exc
 
@@ -157,7 +159,8 @@ class RequestPipeline:
     async def outputs(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]:
         """The engine's outputs. Leaving early (or a cancelled caller) closes the engine's
         iterator, which aborts the request and frees its slot at once."""
-        async with contextlib.aclosing(self.engine.generate(request)) as outputs:
+        # Engines' generate is an async generator (it has aclose); the Protocol says AsyncIterator.
+        async with contextlib.aclosing(self.engine.generate(request)) as outputs:  # type: ignore[type-var]
             async for output in outputs:
                 yield output
 

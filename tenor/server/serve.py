@@ -29,8 +29,8 @@ from fastapi import FastAPI
 from tenor.engine.api import Engine, EngineUnavailableError
 from tenor.errors import UserError
 from tenor.server.http.app import begin_drain, build_app, context_of
-from tenor.server.pipeline import RequestPipeline
 from tenor.server.http.connection_limits import ConnectionLimits, uvicorn_options
+from tenor.server.pipeline import RequestPipeline
 
 # After the engine drained, how long uvicorn may take to flush the last bytes and close.
 # An engine that let requests run past its drain timeout has them cut off here.
@@ -200,7 +200,9 @@ async def _serve_in(
 
         config = uvicorn.Config(
             app, lifespan="off", log_level=options.log_level, access_log=options.log_level in ("info", "debug"),
-            timeout_graceful_shutdown=CLOSE_GRACE_S, **uvicorn_options(options.limits),
+            # uvicorn's annotation says int; it hands the value to asyncio.wait_for, which takes a float.
+            timeout_graceful_shutdown=CLOSE_GRACE_S,  # type: ignore[arg-type]
+            **uvicorn_options(options.limits),
         )
         server = _Uvicorn(config, announce)
         serving = asyncio.create_task(server.serve(sockets=[sock]))

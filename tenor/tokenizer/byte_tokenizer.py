@@ -48,7 +48,8 @@ class Utf8ByteTokenizer:
             return _bytes_text([i for i in ids if BYTE_OFFSET <= i < self.vocab_size])
         # Bytes between special tokens are decoded as runs, so a character split over
         # several ids still comes out whole.
-        parts, run = [], []
+        parts: list[str] = []
+        run: list[int] = []
         for i in ids:
             if i < BYTE_OFFSET:
                 parts += [_bytes_text(run), SPECIAL_TOKENS[i]]

@@ -11,12 +11,13 @@ handed to transformers, which is slower (seconds) but knows more kinds.
 from __future__ import annotations
 
 from pathlib import Path
+
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
 from tokenizers import Tokenizer as Backend
 
 from tenor.errors import UserError
-from tenor.tokenizer.oneline import one_line
 from tenor.tokenizer.gguf_metadata import MetadataValue, read_gguf_metadata
+from tenor.tokenizer.oneline import one_line
 from tenor.tokenizer.spec import TokenizerSpec
 
 _TOKENS = "tokenizer.ggml.tokens"

@@ -140,4 +140,5 @@ class Tokenizer:
         write_hf_tokenizer(Path(directory), self._backend, self.spec)
 
     def __repr__(self) -> str:
-        return f"Tokenizer(vocab_size={self.vocab_size}, eos_token_ids={self.eos_token_ids}, bos={self.spec.bos_token!r})"
+        return (f"Tokenizer(vocab_size={self.vocab_size}, eos_token_ids={self.eos_token_ids}, "
+                f"bos={self.spec.bos_token!r})")

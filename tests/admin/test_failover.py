@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 
-
 from tenor.client.admin_client import AdminClient
 from tests.fakes.cell import AdminProcess, wait_until
 from tests.fakes.etcd import etcd_root, etcd_server  # noqa: F401

@@ -3,8 +3,13 @@ from __future__ import annotations
 import pytest
 
 from tenor import registry
-from tenor.admin.model_specs import (kv_cache_bytes, model_server_overrides, placement_of, serving_overrides,
-                                     validate_spec)
+from tenor.admin.model_specs import (
+    kv_cache_bytes,
+    model_server_overrides,
+    placement_of,
+    serving_overrides,
+    validate_spec,
+)
 from tenor.admin.naming import CellName
 from tenor.admin.store import ModelSpec
 from tenor.errors import UserError

@@ -3,9 +3,9 @@ import json
 import httpx
 import pytest
 
-from tests.bench.fake_sse_server import CHUNKS, FIRST_DELAY_S
 from tenor.bench.serving import ServingBenchConfig, run_benchmark
 from tenor.cli.main import main as tenor_main
+from tests.bench.fake_sse_server import CHUNKS, FIRST_DELAY_S
 
 
 def test_a_real_run_counts_every_request_and_token(fake_server_url):

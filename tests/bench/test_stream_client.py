@@ -4,9 +4,9 @@ import socket
 import httpx
 import pytest
 
-from tests.bench.fake_sse_server import CHUNKS, FIRST_DELAY_S
 from tenor.bench.stream_client import RequestParams, build_payload, fetch_model_name, stream_request
 from tenor.errors import UserError
+from tests.bench.fake_sse_server import CHUNKS, FIRST_DELAY_S
 
 
 def _send(url: str, model: str, endpoint: str = "completions", timeout_s: float = 10.0, max_tokens: int = 16):

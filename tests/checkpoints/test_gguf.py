@@ -96,7 +96,8 @@ def test_wrong_architecture_and_shapes(tmp_path, tiny_hf):
         load_gguf(_write(tmp_path / "m.gguf", tiny_hf, arch="gpt2"))
     bad = dict(tiny_hf)
     bad["model.layers.1.mlp.down_proj.weight"] = torch.zeros(32, 40)
-    with pytest.raises(CheckpointError, match=r"tensor blk\.1\.ffn_down\.weight has shape \[32, 40\], expected \[32, 48\]"):
+    with pytest.raises(CheckpointError, match=r"tensor blk\.1\.ffn_down\.weight has shape \[32, 40\], "
+                                                r"expected \[32, 48\]"):
         load_gguf(_write(tmp_path / "bad.gguf", bad))
     with pytest.raises(CheckpointError, match="llama3-style rope_freqs"):
         load_gguf(_write(tmp_path / "rope.gguf", tiny_hf, extra={"rope_freqs.weight": np.ones(4, np.float32)}))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from tenor.cli.lm_cmd import generate_table, parse_extra
-from tenor.cli.table import render_table
 from tenor.cli.main import main
+from tenor.cli.table import render_table
 from tenor.client import Sample
 from tenor.errors import UserError
 from tests.server.lm_servers import LMServerThread

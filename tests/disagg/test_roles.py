@@ -3,7 +3,6 @@ decodes with its KV blocks; LM Generate answers exactly as an interleaved server
 
 import asyncio
 
-import grpc
 import httpx
 
 import pytest
@@ -56,7 +55,8 @@ def test_decode_server_prefills_on_the_prefill_server():
             blocks = engine._blocks
             async with httpx.AsyncClient() as http:
                 metrics = (await http.get(f"http://{decode.http_address}/metrics")).text
-            return got, want, prefill.kv_transfer_service.transfers_sent, remote, blocks.num_free == blocks.num_blocks, metrics
+            all_free = blocks.num_free == blocks.num_blocks
+            return got, want, prefill.kv_transfer_service.transfers_sent, remote, all_free, metrics
         finally:
             await decode.stop()
             await prefill.stop()

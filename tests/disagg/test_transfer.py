@@ -14,8 +14,8 @@ from tenor import registry
 from tenor.disagg.remote_prefill import RemotePrefill, RemotePrefillConfig
 from tenor.disagg.transfer import GrpcKVTransfer, KVTransferService
 from tenor.engine.api import GenerateRequest, SamplingParams
-from tenor.engine.options import EngineOptions
 from tenor.engine.llm_engine import BLOCK_SIZE, LLMEngine
+from tenor.engine.options import EngineOptions
 from tenor.proto import kv_transfer_pb2 as pb
 from tenor.proto import kv_transfer_pb2_grpc as pb_grpc
 from tenor.server.lm_service import ModelNotServedError, ReadyModel

@@ -10,8 +10,8 @@ import torch
 from tenor import registry
 from tenor.disagg.kv_blocks import KVBlocks, decode, encode
 from tenor.engine.api import GenerateRequest, SamplingParams
-from tenor.engine.options import EngineOptions
 from tenor.engine.llm_engine import LLMEngine
+from tenor.engine.options import EngineOptions
 
 TINY = registry.get("test.TinyLlamaRandom")
 PROMPTS = [tuple(range(3, 3 + 53)), tuple(range(40, 40 + 37)), tuple(range(100, 100 + 16)), (5, 6, 7)]

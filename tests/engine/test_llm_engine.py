@@ -7,7 +7,12 @@ import pytest
 
 from tenor import registry
 from tenor.engine.api import (
-    FinishReason, GenerateRequest, HealthState, InvalidRequestError, OverloadedError, SamplingParams,
+    FinishReason,
+    GenerateRequest,
+    HealthState,
+    InvalidRequestError,
+    OverloadedError,
+    SamplingParams,
 )
 from tenor.engine.factory import EngineOptions
 from tenor.engine.llm_engine import LLMEngine

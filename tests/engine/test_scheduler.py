@@ -5,7 +5,7 @@ import pytest
 from tenor.engine.api import SamplingParams
 from tenor.engine.block_manager import BlockManager
 from tenor.engine.scheduler import Scheduler, SchedulerConfig, StepPlan
-from tenor.engine.sequence import Sequence, SeqStatus
+from tenor.engine.sequence import SeqStatus, Sequence
 
 
 def seq(name: str, prompt_len: int, first_token: int = 10, max_tokens: int = 8) -> Sequence:

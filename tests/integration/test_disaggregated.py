@@ -17,8 +17,8 @@ import grpc
 import httpx
 
 from tenor.proto import lm_pb2, lm_pb2_grpc
-from tests.fakes.token import bearer
 from tests.fakes.cell import free_port, wait_until
+from tests.fakes.token import bearer
 from tests.integration.cell_processes import (
     CONFIG,
     ModelServerProcess,

@@ -10,7 +10,12 @@ import torch.nn.functional as F
 from tenor.hardware import fbgemm_fp16_available
 from tenor.models import native
 from tenor.models.kernels import (
-    DenseKernel, Fp16Kernel, Int8BlockKernel, Int8WeightOnlyKernel, OneDnnKernel, onednn_pack,
+    DenseKernel,
+    Fp16Kernel,
+    Int8BlockKernel,
+    Int8WeightOnlyKernel,
+    OneDnnKernel,
+    onednn_pack,
 )
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, decode_attention
 
@@ -56,7 +61,8 @@ def test_float_linear_matches_f_linear(dtype, bias):
 
 def test_onednn_packing_follows_the_cpu():
     packed = onednn_pack(torch.randn(8, 8))
-    if torch.backends.cpu.get_cpu_capability() in ("AVX512", "AVX512_BF16", "AMX") and torch.backends.mkldnn.is_available():
+    if (torch.backends.cpu.get_cpu_capability() in ("AVX512", "AVX512_BF16", "AMX")
+            and torch.backends.mkldnn.is_available()):
         assert packed is not None
     else:
         assert packed is None  # slower than F.linear at batch 1 without AVX-512

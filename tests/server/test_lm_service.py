@@ -218,7 +218,8 @@ def test_tokenized_model_takes_and_returns_comma_separated_ids():
         models = FakeModels({MODEL: await started()}, tokenized=True)
         async with lm_stub(models) as stub:
             extra_steps = extra(per_example_max_decode_steps=3)
-            reply = await stub.Generate(lm_pb2.GenerateRequest(model_key=MODEL, text="100, 101", extra_inputs=extra_steps))
+            reply = await stub.Generate(lm_pb2.GenerateRequest(model_key=MODEL, text="100, 101",
+                                                                extra_inputs=extra_steps))
             request = lm_pb2.GenerateRequest(model_key=MODEL, text="100,101", extra_inputs=extra_steps)
             acc = ""
             async for message in stub.GenerateStream(request):

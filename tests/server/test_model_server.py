@@ -130,7 +130,8 @@ def test_jetstreams_orchestrator_serves_the_one_loaded_model():
 @pytest.mark.parametrize(
     "request_, code, reason",
     [
-        (load_request("test.NoSuchConfig"), grpc.StatusCode.INVALID_ARGUMENT, "unknown model config 'test.NoSuchConfig'"),
+        (load_request("test.NoSuchConfig"), grpc.StatusCode.INVALID_ARGUMENT,
+         "unknown model config 'test.NoSuchConfig'"),
         (load_request(max_batch_size="0"), grpc.StatusCode.INVALID_ARGUMENT, "max_batch_size must be >= 1"),
         (load_request(no_such_knob="1"), grpc.StatusCode.INVALID_ARGUMENT, "unknown override(s) no_such_knob"),
         (load_request(), grpc.StatusCode.FAILED_PRECONDITION, "weights are corrupt"),

@@ -8,7 +8,6 @@ from tenor.errors import CheckpointError, UserError
 from tenor.tokenizer import load_tokenizer
 from tenor.tokenizer.gguf_metadata import read_gguf_metadata
 from tenor.tokenizer.gguf_tokenizer import byte_alphabet
-
 from tests.tokenizer.conftest import write_tiny_gguf
 
 MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "1 2", "12 3", "Ġ Ġ", "Ġ 1", "' s", "Ġ ä"]
@@ -113,7 +112,8 @@ def _write_tiny_sentencepiece_gguf(path):
     writer.add_tokenizer_model("llama")
     writer.add_token_list(["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *letters, *pieces])
     writer.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(letters) + len(pieces)))
-    writer.add_token_scores([0.0] * 259 + [-100.0 - i for i in range(len(letters))] + [-float(i) for i in range(len(pieces))])
+    writer.add_token_scores([0.0] * 259 + [-100.0 - i for i in range(len(letters))]
+                            + [-float(i) for i in range(len(pieces))])
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_unk_token_id(0)

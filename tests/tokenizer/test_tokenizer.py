@@ -92,7 +92,8 @@ def test_template_errors_and_missing_template(smollm):
     backend = smollm.backend
     strict = Tokenizer(backend, TokenizerSpec(
         eos_token="<|im_end|>",
-        chat_template="{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversation must\nstart with user') }}"
+        chat_template="{% if messages[0]['role'] != 'user' %}"
+                      "{{ raise_exception('Conversation must\nstart with user') }}"
                       "{% endif %}{{ messages[0]['content'] }}"))
     assert strict.apply_chat_template([{"role": "user", "content": "ok"}]) == "ok"
     with pytest.raises(UserError, match="rejected the messages: Conversation must start with user"):

@@ -8,8 +8,15 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
 from tenor.admin.naming import CellName
-from tenor.admin.store.base import (AdminLocation, CellState, CellStore, Leadership, LostLeadership,
-                                    ModelSpec, StoreError)
+from tenor.admin.store.base import (
+    AdminLocation,
+    CellState,
+    CellStore,
+    Leadership,
+    LostLeadership,
+    ModelSpec,
+    StoreError,
+)
 from tenor.errors import UserError
 
 ROOT_ENV = "TENOR_ROOT"
@@ -78,16 +85,18 @@ def open_store(root: str, cell: CellName, *, etcd_ttl_s: int | None = None) -> C
     if spec.kind == "etcd":
         from tenor.admin.store.etcd import DEFAULT_TTL_S, EtcdCellStore
 
-        return EtcdCellStore(spec.location, spec.prefix, cell, etcd_ttl_s or DEFAULT_TTL_S, spec.etcd_access())
+        # Each store's save_state takes the Leadership type only it hands out (narrower than the Protocol's).
+        return EtcdCellStore(  # type: ignore[return-value]
+            spec.location, spec.prefix, cell, etcd_ttl_s or DEFAULT_TTL_S, spec.etcd_access())
     if spec.kind == "memory":
         from tenor.admin.store.memory import MemoryCellStore
 
-        return MemoryCellStore(spec.location, cell)
+        return MemoryCellStore(spec.location, cell)  # type: ignore[return-value]  # as above
     from tenor.admin.store.file import FileCellStore
 
     if not os.path.isdir(spec.location):
         raise UserError(f"cell root {spec.location} is not a directory (create it first)")
-    return FileCellStore(spec.location, cell)
+    return FileCellStore(spec.location, cell)  # type: ignore[return-value]  # as above
 
 
 def list_cells(root: str) -> list[CellName]:

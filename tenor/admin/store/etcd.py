@@ -1,7 +1,7 @@
 """A cell root in etcd: `etcd://HOST:PORT[/prefix]`.
 
-Keys: `<prefix>/tenor/<cell>/{config, state, leader, token}` (guard `token` with etcd's own auth). The leader key holds the active
-admin's location and is bound to a lease: created only if absent (a transaction on
+Keys: `<prefix>/tenor/<cell>/{config, state, leader, token}` (guard `token` with etcd's own auth). The leader key holds
+the active admin's location and is bound to a lease: created only if absent (a transaction on
 create_revision == 0), renewed every `keepalive_s`, gone `ttl_s` after its admin dies.
 State writes are fenced on that lease, so an admin that lost its lease cannot overwrite
 what the new leader wrote. etcd acknowledges a put only once it is in its fsynced log.

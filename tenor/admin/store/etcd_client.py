@@ -12,6 +12,7 @@ import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -95,7 +96,7 @@ class EtcdClient:
         except httpx.HTTPError as exc:
             raise StoreError(f"etcd at {self.endpoint} unreachable: {exc}") from None
 
-    def _call(self, path: str, body: dict[str, object]) -> dict[str, object]:
+    def _call(self, path: str, body: dict[str, object]) -> dict[str, Any]:
         if self.access.user is not None and not self._auth_token:
             self._authenticate()
         response = self._post(path, body)

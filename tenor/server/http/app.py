@@ -7,6 +7,8 @@ stopped by whoever runs the app (tenor.server.serve), on the same event loop.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Response
 
 from tenor.engine.api import Engine
@@ -36,7 +38,7 @@ def build_app(
     guard = ApiKeyGuard(api_key)
 
     # With a key, the schema and its viewers are closed too: they would tell strangers what is served.
-    docs = {} if api_key is None else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    docs: dict[str, Any] = {} if api_key is None else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="tenor", summary=f"serving {name}", **docs)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(BodyTimeout, timeout_s=body_timeout_s)

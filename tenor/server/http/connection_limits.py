@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -89,7 +90,7 @@ def protocol_for(limits: ConnectionLimits) -> type[asyncio.Protocol]:
     return LimitedH11Protocol
 
 
-def uvicorn_options(limits: ConnectionLimits) -> dict[str, object]:
+def uvicorn_options(limits: ConnectionLimits) -> dict[str, Any]:
     """Keyword arguments for uvicorn.Config that apply `limits`."""
     return {"http": protocol_for(limits), "timeout_keep_alive": limits.keep_alive_timeout_s,
             "h11_max_incomplete_event_size": limits.max_header_bytes}

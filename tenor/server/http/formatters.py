@@ -11,7 +11,7 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
 from pydantic import BaseModel
 
@@ -47,7 +47,7 @@ class Formatter(Protocol):
     def response(self, result: GenerationResult) -> BaseModel: ...
 
 
-def dumps(payload: dict[str, object]) -> str:
+def dumps(payload: Mapping[str, object]) -> str:
     return json.dumps(payload)
 
 

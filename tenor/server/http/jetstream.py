@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import AsyncIterator
+from typing import AsyncGenerator, AsyncIterator
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -107,7 +107,7 @@ def build_router(ctx: ServerContext, guard: ApiKeyGuard) -> APIRouter:
 
 
 async def _decode_stream(
-    first: jetstream_pb2.DecodeResponse | None, rest: AsyncIterator[jetstream_pb2.DecodeResponse]
+    first: jetstream_pb2.DecodeResponse | None, rest: AsyncGenerator[jetstream_pb2.DecodeResponse, None]
 ) -> AsyncIterator[str]:
     """Each response as protobuf JSON, as JetStream's server writes them."""
     try:

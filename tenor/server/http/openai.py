@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Mapping, Sequence
 
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel
@@ -158,7 +158,7 @@ async def _sse(generations: Sequence[Generation], formatters: Sequence[Formatter
     yield "data: [DONE]\n\n"
 
 
-def _event(payload: BaseModel | dict[str, object]) -> str:
+def _event(payload: BaseModel | Mapping[str, object]) -> str:
     data = payload.model_dump_json() if isinstance(payload, BaseModel) else dumps(payload)
     return f"data: {data}\n\n"
 

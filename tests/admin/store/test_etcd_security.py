@@ -99,7 +99,7 @@ def test_the_root_opens_with_tls_and_the_password_only(secure_etcd, tmp_path) ->
 
 
 def test_bad_etcd_options_are_one_line_errors(tmp_path) -> None:
-    for root, message in ((f"etcd://127.0.0.1:1/x?user=root", "user and password_file go together"),
+    for root, message in (("etcd://127.0.0.1:1/x?user=root", "user and password_file go together"),
                           (f"etcd://127.0.0.1:1/x?ca={tmp_path}/none.pem", "no such file"),
                           ("etcd://127.0.0.1:1/x?token=abc", "unknown option(s) token")):
         with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -7,8 +7,17 @@ import sys
 import pytest
 
 from tenor.admin.naming import CellName
-from tenor.admin.store import (AdminLocation, CellState, LostLeadership, ModelSpec, StoreError, list_cells,
-                               open_store, parse_root, resolve_root)
+from tenor.admin.store import (
+    AdminLocation,
+    CellState,
+    LostLeadership,
+    ModelSpec,
+    StoreError,
+    list_cells,
+    open_store,
+    parse_root,
+    resolve_root,
+)
 from tenor.admin.store.file import FileCellStore
 from tenor.errors import UserError
 

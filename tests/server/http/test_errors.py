@@ -171,8 +171,8 @@ async def test_requests_the_engine_aborts_are_503s_or_end_their_stream_with_an_e
 
 
 def _readme_error_codes() -> set[str]:
-    from pathlib import Path
     import re
+    from pathlib import Path
 
     text = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     table = text.split("### Errors", 1)[1].split("\n\n`type`", 1)[0]

@@ -57,7 +57,8 @@ async def test_an_engine_that_yields_nothing_is_a_500():
 
 async def test_leaving_the_loop_early_aborts_the_request():
     engine = await started_engine()
-    generation = await Generation.start(RequestPipeline(engine), request(max_tokens=50), ServerMetrics(engine).start_request())
+    generation = await Generation.start(RequestPipeline(engine), request(max_tokens=50),
+                                        ServerMetrics(engine).start_request())
     outputs = generation.outputs()
     await outputs.__anext__()
     await outputs.aclose()
@@ -67,7 +68,8 @@ async def test_leaving_the_loop_early_aborts_the_request():
 
 async def test_a_stream_whose_connection_fails_before_the_body_still_aborts():
     engine = await started_engine()
-    generation = await Generation.start(RequestPipeline(engine), request(max_tokens=50), ServerMetrics(engine).start_request())
+    generation = await Generation.start(RequestPipeline(engine), request(max_tokens=50),
+                                        ServerMetrics(engine).start_request())
 
     async def body():
         async for output in generation.outputs():
