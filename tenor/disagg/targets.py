@@ -11,21 +11,25 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import grpc
 
 from tenor.admin.roles import PREFILL
 from tenor.client.location import LocationWatcher, ModelNotFoundError, Replicas
 
+if TYPE_CHECKING:
+    from tenor.client.admin_client import AdminClient, LocationWatch
+
 
 class PrefillTargets:
     """One decode replica's view of one model's prefill replicas, until close()."""
 
-    def __init__(self, model_name: str, admin: Callable[[], object]) -> None:
-        self._admin = admin  # -> AdminClient, shared by the server's models, made on first use
+    def __init__(self, model_name: str, admin: Callable[[], AdminClient]) -> None:
+        self._admin = admin  # shared by the server's models, made on first use
         self._replicas = Replicas()
         self._lock = threading.Lock()
-        self._watch = None  # the current LocationWatch, closed to end its stream
+        self._watch: LocationWatch | None = None  # the current one, closed to end its stream
         self._closed = False
         self._watcher = LocationWatcher(model_name, self._addresses_from_admin, self._replicas).start()
 

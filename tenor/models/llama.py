@@ -83,6 +83,7 @@ class LlamaModel(DecoderLM):
         if layer_weights is None:
             return super().forward(input_ids, positions, cache, batch, logits_rows)
         c = self.config
+        assert batch.decode_blocks is not None and batch.decode_lengths is not None  # _can_fuse checked
         x = F.embedding(input_ids, self.embed)  # a fresh tensor: the layers run in place on it
         cos, sin = self.rotary.tables(positions)
         native.llama_decode(x, layer_weights, cache.kv, cos, sin, batch.slot_mapping, batch.decode_blocks,
@@ -100,20 +101,21 @@ class LlamaModel(DecoderLM):
         """[L, 14] int64 pointers into every layer's weights for native.llama_decode, or None when a
         layer cannot take that path (weights not int8 blocks, or sharded over a group)."""
         if self._fused_weights is None:
-            rows = []
-            for block in self.layers:
-                linears = (block.qkv, block.o, block.gate_up, block.down)
-                if any(not isinstance(lin.kernel, Int8BlockKernel) or lin.has_bias or lin._reduce is not None
-                       for lin in linears):
-                    self._fused_weights = torch.empty(0, dtype=torch.int64)
-                    break
-                row = [block.attn_norm.data_ptr(), block.mlp_norm.data_ptr()]
-                for lin in linears:
-                    row += [lin.kernel.q.data_ptr(), lin.kernel.scales.data_ptr(), lin.kernel.offsets.data_ptr()]
-                rows.append(row)
-            else:
-                self._fused_weights = torch.tensor(rows, dtype=torch.int64)
+            rows = [self._layer_pointers(block) for block in self.layers]
+            usable = all(row is not None for row in rows)
+            self._fused_weights = torch.tensor(rows if usable else [], dtype=torch.int64)
         return self._fused_weights if self._fused_weights.numel() else None
+
+    @staticmethod
+    def _layer_pointers(block: nn.Module) -> list[int] | None:
+        assert isinstance(block, LlamaBlock)
+        row = [block.attn_norm.data_ptr(), block.mlp_norm.data_ptr()]
+        for linear in (block.qkv, block.o, block.gate_up, block.down):
+            kernel = linear.kernel
+            if not isinstance(kernel, Int8BlockKernel) or linear.has_bias or linear._reduce is not None:
+                return None
+            row += [kernel.q.data_ptr(), kernel.scales.data_ptr(), kernel.offsets.data_ptr()]
+        return row
 
     def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype,
                      weight_format: str = "dense") -> None:

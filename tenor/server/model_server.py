@@ -139,8 +139,13 @@ class ModelServer:
         from tenor.disagg.targets import PrefillTargets
 
         watching: list[PrefillTargets] = []  # filled once wrap has accepted the engine
+
+        def stop_watching() -> None:
+            for watch in watching:
+                watch.close()
+
         wrapped = self._decode_role.wrap(name, engine, lambda: watching[0].addresses() if watching else [],
-                                         on_stop=lambda: [w.close() for w in watching])
+                                         on_stop=stop_watching)
         admin = self._admin_client()
         watching.append(PrefillTargets(name, lambda: admin))
         return wrapped

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tenor.admin.roles import (RoleCounts, check_group_sizes, check_replicas, check_role_values, parse_role,
-                               role_counts)
+from tenor.admin.roles import RoleCounts, check_group_sizes, check_replicas, check_role_values, parse_role, role_counts
 from tenor.errors import UserError
 
 

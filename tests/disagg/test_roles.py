@@ -3,8 +3,8 @@ decodes with its KV blocks; LM Generate answers exactly as an interleaved server
 
 import asyncio
 
+import grpc
 import httpx
-
 import pytest
 
 from tenor.disagg.decode_engine import DecodeEngine

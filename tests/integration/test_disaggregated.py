@@ -134,7 +134,8 @@ def test_admin_places_prefill_and_decode_replicas_and_clients_reach_the_decode_o
                 before = metric(decode_http, remote)
                 for i in range(3):
                     prompt = f"request {i}: {PROMPT}"
-                    assert model.lm().generate(prompt, greedy)[0].text == reference.lm().generate(prompt, greedy)[0].text
+                    want = reference.lm().generate(prompt, greedy)[0].text
+                    assert model.lm().generate(prompt, greedy)[0].text == want
             assert metric(decode_http, remote) == before + 3  # every request reached the decode replica
             assert metric(prefill_http, "tenor:kv_transfers_sent_total") >= 4
             # No client request reached the prefill replica.
