@@ -56,16 +56,18 @@ def hf_reference(tokenizer) -> tuple[list[torch.Tensor], list[list[int]]]:
     import transformers
 
     path = default_gguf_path()
-    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
-                                                              dtype=torch.float32).eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    ).eval()
     with torch.no_grad():
         logits = [model(torch.tensor([tokenizer.encode(t)])).logits[0] for t in TEXTS]
         greedy = []
         for prompt in PROMPTS:
             ids = tokenizer.encode(prompt)
-            out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
-                                 eos_token_id=None, pad_token_id=0)
-            greedy.append(out[0, len(ids):].tolist())
+            out = model.generate(
+                torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0
+            )
+            greedy.append(out[0, len(ids) :].tolist())
     return logits, greedy
 
 
@@ -74,14 +76,23 @@ def stepwise_logits(model, ids: list[int], quantized_kv: bool) -> torch.Tensor:
     """Logits [len(ids), V]: the first token prefilled, every later one a decode step."""
     c = model.config
     blocks = -(-len(ids) // BLOCK)
-    cache = PagedKVCache(c.num_layers, blocks, BLOCK, c.num_kv_heads, c.head_dim, model.embed.dtype,
-                         quantized=quantized_kv)
+    cache = PagedKVCache(
+        c.num_layers, blocks, BLOCK, c.num_kv_heads, c.head_dim, model.embed.dtype, quantized=quantized_kv
+    )
     table = torch.arange(blocks)[None]
     first = AttentionBatch(torch.tensor([0]), 0, None, None, [PrefillSpan(0, 1, 0, None)], native=model.native_kernels)
     rows = [model(torch.tensor(ids[:1]), torch.tensor([0]), cache, first, torch.tensor([0]))]
     for pos in range(1, len(ids)):
-        step = AttentionBatch(torch.tensor([pos]), 1, table[:, : pos // BLOCK + 1], None, [], decode_span=pos + 1,
-                              decode_lengths=torch.tensor([pos + 1]), native=model.native_kernels)
+        step = AttentionBatch(
+            torch.tensor([pos]),
+            1,
+            table[:, : pos // BLOCK + 1],
+            None,
+            [],
+            decode_span=pos + 1,
+            decode_lengths=torch.tensor([pos + 1]),
+            native=model.native_kernels,
+        )
         rows.append(model(torch.tensor([ids[pos]]), torch.tensor([pos]), cache, step, torch.tensor([0])))
     return torch.cat(rows)
 
@@ -121,10 +132,16 @@ def measure(precision: str, tokenizer, reference_logits, reference_greedy) -> di
     options = EngineOptions(kv_cache_bytes=256 << 20, warmup=False, quantize_kv_cache=quantized_kv)
     greedy = asyncio.run(engine_greedy(servable, options, prompts))
     prefixes = [common_prefix(g, r) for g, r in zip(greedy, reference_greedy)]
-    return {"precision": precision, "weights": loaded.precision.weights,
-            "teacher_forced_top1": agree / total, "positions": total,
-            "greedy_identical": sum(p == NEW_TOKENS for p in prefixes), "prompts": len(PROMPTS),
-            "mean_common_prefix": sum(prefixes) / len(prefixes), "tokens_per_prompt": NEW_TOKENS}
+    return {
+        "precision": precision,
+        "weights": loaded.precision.weights,
+        "teacher_forced_top1": agree / total,
+        "positions": total,
+        "greedy_identical": sum(p == NEW_TOKENS for p in prefixes),
+        "prompts": len(PROMPTS),
+        "mean_common_prefix": sum(prefixes) / len(prefixes),
+        "tokens_per_prompt": NEW_TOKENS,
+    }
 
 
 def main() -> None:
@@ -142,8 +159,10 @@ def main() -> None:
     print("| precision | weights | teacher-forced top-1 | greedy 32 identical | mean common prefix |")
     print("|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['precision']} | {r['weights']} | {r['teacher_forced_top1']:.1%} of {r['positions']} | "
-              f"{r['greedy_identical']} of {r['prompts']} | {r['mean_common_prefix']:.1f} |")
+        print(
+            f"| {r['precision']} | {r['weights']} | {r['teacher_forced_top1']:.1%} of {r['positions']} | "
+            f"{r['greedy_identical']} of {r['prompts']} | {r['mean_common_prefix']:.1f} |"
+        )
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"cpu": cpu.model_name, "isa": cpu.isa, "results": rows}, f, indent=2)

@@ -62,8 +62,9 @@ def bench_hf(dtype: str, tokens: int, repeats: int) -> dict:
     path = default_gguf_path()
     start = time.perf_counter()
     tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
-                                                              dtype=getattr(torch, dtype)).eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=getattr(torch, dtype)
+    ).eval()
     load_s = time.perf_counter() - start
     ids = torch.tensor([tok(PROMPT).input_ids])
     rates = []
@@ -83,8 +84,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--precisions", default="float32/int8,float32/fp16,float32/none,bfloat16/none",
-                        help="tenor's DTYPE/QUANTIZE pairs; HF runs once per activation dtype")
+    parser.add_argument(
+        "--precisions",
+        default="float32/int8,float32/fp16,float32/none,bfloat16/none",
+        help="tenor's DTYPE/QUANTIZE pairs; HF runs once per activation dtype",
+    )
     parser.add_argument("--json-out")
     args = parser.parse_args()
     from tenor.hardware import cpu_info
@@ -103,8 +107,18 @@ def main() -> None:
         print(f"{name:<24}{r['load_s']:>8.2f}{r['decode_tok_s']:>14.1f}{r['decode_tok_s'] / hf:>7.2f}x")
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"tokens": args.tokens, "repeats": args.repeats, "torch_threads": torch.get_num_threads(),
-                       "cpu": cpu.model_name, "isa": cpu.isa, "results": results}, f, indent=2)
+            json.dump(
+                {
+                    "tokens": args.tokens,
+                    "repeats": args.repeats,
+                    "torch_threads": torch.get_num_threads(),
+                    "cpu": cpu.model_name,
+                    "isa": cpu.isa,
+                    "results": results,
+                },
+                f,
+                indent=2,
+            )
 
 
 if __name__ == "__main__":

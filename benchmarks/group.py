@@ -49,6 +49,7 @@ async def _measure(servable, leader) -> dict:
     engine = LLMEngine(servable, None, EngineOptions(kv_cache_bytes=KV_BYTES, warmup=True, group=leader))
     await engine.start()
     group = leader.group if leader is not None else None
+
     def prompt(stream: int) -> list[int]:  # distinct from the first token on: no prefix-cache hits
         return [1] + [(7 * i + 1009 * stream) % 40000 + 100 for i in range(PROMPT_TOKENS - 1)]
 
@@ -56,13 +57,17 @@ async def _measure(servable, leader) -> dict:
     try:
         for streams in (1, 8):
             before = (group.collective_s, group.collective_calls) if group else (0.0, 0)
-            results = await asyncio.gather(*(_timed(engine, f"s{streams}-{i}", prompt(i + streams), DECODE_TOKENS)
-                                             for i in range(streams)))
+            results = await asyncio.gather(
+                *(_timed(engine, f"s{streams}-{i}", prompt(i + streams), DECODE_TOKENS) for i in range(streams))
+            )
             ttft = max(r[0] for r in results)
             total = max(r[1] for r in results)
             decode_step = (total - ttft) / (DECODE_TOKENS - 1)
-            row = {"prefill_s": round(ttft, 4), "decode_step_ms": round(decode_step * 1000, 2),
-                   "wall_s": round(total, 3)}
+            row = {
+                "prefill_s": round(ttft, 4),
+                "decode_step_ms": round(decode_step * 1000, 2),
+                "wall_s": round(total, 3),
+            }
             if group:
                 spent, calls = group.collective_s - before[0], group.collective_calls - before[1]
                 row["collective_share"] = round(spent / total, 3)
@@ -79,11 +84,11 @@ def run(size: int) -> dict:
     from tenor.dist.local import local_group
 
     servable = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(
-        dtype="float32", quantize="none", max_batch_size=8, max_prefill_predict_length=512, max_target_length=1024)
+        dtype="float32", quantize="none", max_batch_size=8, max_prefill_predict_length=512, max_target_length=1024
+    )
     with local_group(servable, size) as local:
         figures = asyncio.run(_measure(servable, local.leader))
-        figures["peak_rss_mb"] = [round(vm_hwm_mb(), 1)] + [round(vm_hwm_mb(p.pid), 1)
-                                                           for p in local.workers.processes]
+        figures["peak_rss_mb"] = [round(vm_hwm_mb(), 1)] + [round(vm_hwm_mb(p.pid), 1) for p in local.workers.processes]
     figures["weights_mb_per_rank"] = [round(weight_bytes(servable, size, r) / 2**20, 1) for r in range(size)]
     return figures
 
@@ -106,9 +111,12 @@ def projection(us_per_collective: float) -> dict:
     collectives = 2 * c.num_layers + 2  # o and down per layer, the embedding sum, the logits gather
     reduce_bytes = batch * c.hidden_size * 2  # one all-reduce's payload per rank
     ring_bytes = 2 * (ranks - 1) / ranks * reduce_bytes * 2 * c.num_layers
-    return {"collectives_per_step": collectives, "allreduce_payload_bytes": reduce_bytes,
-            "ring_bytes_per_rank_per_step": int(ring_bytes),
-            "latency_floor_ms_at_measured_gloo_cost": round(collectives * us_per_collective / 1000, 1)}
+    return {
+        "collectives_per_step": collectives,
+        "allreduce_payload_bytes": reduce_bytes,
+        "ring_bytes_per_rank_per_step": int(ring_bytes),
+        "latency_floor_ms_at_measured_gloo_cost": round(collectives * us_per_collective / 1000, 1),
+    }
 
 
 def main() -> int:
@@ -124,8 +132,13 @@ def main() -> int:
 
     results = {}
     for size in (1, 2):
-        done = subprocess.run([sys.executable, __file__, "--only", str(size)], capture_output=True, text=True,
-                              check=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+        done = subprocess.run(
+            [sys.executable, __file__, "--only", str(size)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        )
         results[f"N={size}"] = json.loads(done.stdout.strip().splitlines()[-1])
     each = results["N=2"]["streams_1"]["collective_us_each"]
     results["projection_llama2_70b_8_ranks_batch_32"] = projection(each)

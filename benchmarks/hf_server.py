@@ -162,7 +162,7 @@ class Baseline:
                 if text.endswith("\ufffd"):
                     yield ""
                     continue
-                yield text[len(sent):]
+                yield text[len(sent) :]
                 sent = text
         finally:
             cancel.set()  # the client left or we finished: free the lock for the next request
@@ -214,8 +214,14 @@ async def _whole(baseline: Baseline, job: Job) -> dict[str, object]:
         choice = {"index": 0, "text": text, "finish_reason": finish}
     kind = "chat.completion" if job.chat else "text_completion"
     rid = f"{'chatcmpl' if job.chat else 'cmpl'}-{uuid.uuid4().hex}"
-    return {"id": rid, "object": kind, "created": int(time.time()), "model": job.body.model,
-            "choices": [choice], "usage": _usage(job, len(pieces))}
+    return {
+        "id": rid,
+        "object": kind,
+        "created": int(time.time()),
+        "model": job.body.model,
+        "choices": [choice],
+        "usage": _usage(job, len(pieces)),
+    }
 
 
 def _error(status: int, message: str) -> JSONResponse:

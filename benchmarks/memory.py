@@ -71,10 +71,18 @@ async def run(args: argparse.Namespace) -> dict:
         await engine.stop()
     weights = servable.weight_bytes()
     return {
-        "streams": args.streams, "context": args.context, "new_tokens_per_stream": args.new_tokens,
-        "generated_tokens": sum(tokens), "seconds": elapsed, "preemptions": stats.num_preemptions,
-        "kv_budget_bytes": budget, "kv_allocated_bytes": engine.kv_cache_bytes, "weight_bytes": weights,
-        "baseline_rss_bytes": baseline, "rss_after_load_bytes": loaded, "peak_rss_bytes": rss.peak,
+        "streams": args.streams,
+        "context": args.context,
+        "new_tokens_per_stream": args.new_tokens,
+        "generated_tokens": sum(tokens),
+        "seconds": elapsed,
+        "preemptions": stats.num_preemptions,
+        "kv_budget_bytes": budget,
+        "kv_allocated_bytes": engine.kv_cache_bytes,
+        "weight_bytes": weights,
+        "baseline_rss_bytes": baseline,
+        "rss_after_load_bytes": loaded,
+        "peak_rss_bytes": rss.peak,
         "peak_over_baseline_bytes": rss.peak - baseline,
         "within_budget_plus_weights": rss.peak - baseline <= budget + weights,
     }
@@ -90,11 +98,13 @@ def main() -> None:
     args = parser.parse_args()
     report = asyncio.run(run(args))
     gib = 1 << 30
-    print(f"{report['streams']} streams x {report['context']} tokens: peak RSS "
-          f"{report['peak_rss_bytes'] / gib:.2f} GiB, "
-          f"{(report['peak_over_baseline_bytes']) / gib:.2f} GiB over the baseline; KV budget "
-          f"{report['kv_budget_bytes'] / gib:.2f} GiB + weights {report['weight_bytes'] / gib:.2f} GiB; "
-          f"within: {report['within_budget_plus_weights']}; preemptions {report['preemptions']}")
+    print(
+        f"{report['streams']} streams x {report['context']} tokens: peak RSS "
+        f"{report['peak_rss_bytes'] / gib:.2f} GiB, "
+        f"{(report['peak_over_baseline_bytes']) / gib:.2f} GiB over the baseline; KV budget "
+        f"{report['kv_budget_bytes'] / gib:.2f} GiB + weights {report['weight_bytes'] / gib:.2f} GiB; "
+        f"within: {report['within_budget_plus_weights']}; preemptions {report['preemptions']}"
+    )
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(report, f, indent=2)

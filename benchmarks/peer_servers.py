@@ -58,20 +58,50 @@ def server_specs(names: list[str], options: PeerOptions) -> list[ServerSpec]:
     specs = []
     for name in names:
         if name == "tenor":
-            argv = (sys.executable, "-m", "tenor.cli.main", "serve", "--model", str(options.gguf),
-                    "--port", "{port}", *options.tenor_args)
+            argv = (
+                sys.executable,
+                "-m",
+                "tenor.cli.main",
+                "serve",
+                "--model",
+                str(options.gguf),
+                "--port",
+                "{port}",
+                *options.tenor_args,
+            )
             specs.append(ServerSpec("tenor", argv, "/healthcheck"))
         elif name == "hf":
-            argv = (sys.executable, str(HERE / "hf_server.py"), "--gguf", str(options.gguf),
-                    "--port", "{port}", "--threads", str(options.threads))
+            argv = (
+                sys.executable,
+                str(HERE / "hf_server.py"),
+                "--gguf",
+                str(options.gguf),
+                "--port",
+                "{port}",
+                "--threads",
+                str(options.threads),
+            )
             specs.append(ServerSpec("hf", argv, "/health"))
         elif name in ("llama", "llama.cpp"):
             binary = find_llama_server(options.llama_server)
             if binary is None:
                 raise ValueError("no llama-server: build it (benchmarks/peers.md) or set $LLAMA_SERVER")
             ctx = options.llama_slots * LLAMA_CTX_PER_SLOT
-            argv = (str(binary), "-m", str(options.gguf), "-np", str(options.llama_slots), "-t", str(options.threads),
-                    "-c", str(ctx), "--host", "127.0.0.1", "--port", "{port}")
+            argv = (
+                str(binary),
+                "-m",
+                str(options.gguf),
+                "-np",
+                str(options.llama_slots),
+                "-t",
+                str(options.threads),
+                "-c",
+                str(ctx),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "{port}",
+            )
             specs.append(ServerSpec("llama.cpp", argv, "/health"))
         else:
             raise ValueError(f"unknown server {name!r}; choose from tenor, hf, llama")
@@ -94,8 +124,9 @@ class RunningServer:
         self.log_path = log_path
         self.argv = [a.replace("{port}", str(self.port)) for a in spec.argv]
         with open(log_path, "wb") as log:
-            self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+            self.process = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
 
     def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -76,8 +76,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request")
     # The naive HF server serialises requests: at concurrency 32 a request waits for 31
     # others, so without a limit one point would take many minutes.
-    p.add_argument("--max-duration", type=float, default=300.0,
-                   help="seconds per point; what is still in flight then is cut off and reported")
+    p.add_argument(
+        "--max-duration",
+        type=float,
+        default=300.0,
+        help="seconds per point; what is still in flight then is cut off and reported",
+    )
     p.add_argument("--out-dir", type=Path, default=None, help="default: a new /tmp/tenor-serving-* folder")
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
@@ -91,10 +95,16 @@ def _bench_server(server: RunningServer, points: list[Point], args: argparse.Nam
     rows = []
     for i, point in enumerate(points):
         config = ServingBenchConfig(
-            base_url=server.base_url, endpoint=args.endpoint, num_prompts=point.num_prompts,
-            concurrency=point.concurrency, max_tokens=args.max_tokens, request_timeout_s=args.request_timeout,
+            base_url=server.base_url,
+            endpoint=args.endpoint,
+            num_prompts=point.num_prompts,
+            concurrency=point.concurrency,
+            max_tokens=args.max_tokens,
+            request_timeout_s=args.request_timeout,
             ignore_eos=args.ignore_eos,
-            warmup=1 if i == 0 else 0, progress=not args.no_progress, max_duration_s=args.max_duration,
+            warmup=1 if i == 0 else 0,
+            progress=not args.no_progress,
+            max_duration_s=args.max_duration,
         )
         report = run_benchmark(config)
         print(f"\n[{server.spec.name}]\n{format_table(report)}", flush=True)
@@ -152,9 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
         points = [Point.parse(p) for p in args.points.split(",") if p]
-        options = PeerOptions(gguf=args.gguf or default_gguf_path(), threads=args.threads,
-                              llama_slots=args.llama_slots, llama_server=args.llama_server,
-                              tenor_args=tuple(shlex.split(args.tenor_args)))
+        options = PeerOptions(
+            gguf=args.gguf or default_gguf_path(),
+            threads=args.threads,
+            llama_slots=args.llama_slots,
+            llama_server=args.llama_server,
+            tenor_args=tuple(shlex.split(args.tenor_args)),
+        )
         specs = server_specs([s.strip() for s in args.servers.split(",") if s.strip()], options)
     except (ValueError, FileNotFoundError) as exc:
         print(f"run_serving_comparison: error: {exc}", file=sys.stderr)
@@ -180,19 +194,33 @@ def main(argv: list[str] | None = None) -> int:
     table = comparison_markdown(rows)
     cpu = cpu_info()
     cpu_line = f"{cpu.model_name} ({cpu.isa}), {cpu.usable_cores} cores"
-    header = (f"Serving comparison, {started}, CPU {cpu_line}, GGUF {options.gguf.name}, endpoint {args.endpoint}, "
-              f"max_tokens {args.max_tokens}{' (ignore_eos)' if args.ignore_eos else ''}, threads {args.threads}, "
-              f"at most {args.max_duration:g} s a point\n")
+    header = (
+        f"Serving comparison, {started}, CPU {cpu_line}, GGUF {options.gguf.name}, endpoint {args.endpoint}, "
+        f"max_tokens {args.max_tokens}{' (ignore_eos)' if args.ignore_eos else ''}, threads {args.threads}, "
+        f"at most {args.max_duration:g} s a point\n"
+    )
     (out_dir / "comparison.md").write_text(header + table, encoding="utf-8")
-    (out_dir / "comparison.json").write_text(json.dumps({
-        "started_utc": started, "cpu": {"model": cpu.model_name, "isa": cpu.isa, "cores": cpu.usable_cores,
-                                        "flags": sorted(cpu.flags)},
-        "gguf": str(options.gguf), "endpoint": args.endpoint, "max_tokens": args.max_tokens,
-        "ignore_eos": args.ignore_eos,
-        "commands": {s.name: list(s.argv) for s in specs},
-        "results": [json.loads((out_dir / _json_name(r.server, r.point)).read_text())
-                    for r in rows if r.summary is not None],
-    }, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "comparison.json").write_text(
+        json.dumps(
+            {
+                "started_utc": started,
+                "cpu": {"model": cpu.model_name, "isa": cpu.isa, "cores": cpu.usable_cores, "flags": sorted(cpu.flags)},
+                "gguf": str(options.gguf),
+                "endpoint": args.endpoint,
+                "max_tokens": args.max_tokens,
+                "ignore_eos": args.ignore_eos,
+                "commands": {s.name: list(s.argv) for s in specs},
+                "results": [
+                    json.loads((out_dir / _json_name(r.server, r.point)).read_text())
+                    for r in rows
+                    if r.summary is not None
+                ],
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     print("\n" + header + table + f"\nresults in {out_dir}")
     return 0 if all(r.summary is not None and r.summary.failed == 0 for r in rows) else 1
 

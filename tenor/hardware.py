@@ -48,9 +48,18 @@ class CpuInfo:
     @property
     def isa(self) -> str:
         """The widest vector/matrix extensions, as users name them."""
-        named = [("amx_tile", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512_vnni", "AVX512-VNNI"),
-                 ("avx512f", "AVX-512"), ("avx_vnni", "AVX-VNNI"), ("avx2", "AVX2"), ("fma", "FMA"),
-                 ("sve", "SVE"), ("asimd", "NEON"), ("bf16", "BF16")]
+        named = [
+            ("amx_tile", "AMX"),
+            ("avx512_bf16", "AVX512-BF16"),
+            ("avx512_vnni", "AVX512-VNNI"),
+            ("avx512f", "AVX-512"),
+            ("avx_vnni", "AVX-VNNI"),
+            ("avx2", "AVX2"),
+            ("fma", "FMA"),
+            ("sve", "SVE"),
+            ("asimd", "NEON"),
+            ("bf16", "BF16"),
+        ]
         found = [label for flag, label in named if flag in self.flags]
         return " ".join(found) or self.torch_capability
 
@@ -103,9 +112,13 @@ def cpu_info() -> CpuInfo:
     import torch
 
     name, flags = _cpuinfo_fields(_read("/proc/cpuinfo"))
-    return CpuInfo(model_name=name or platform.processor() or "unknown CPU", machine=platform.machine(),
-                   flags=flags, torch_capability=torch.backends.cpu.get_cpu_capability(),
-                   usable_cores=usable_cores())
+    return CpuInfo(
+        model_name=name or platform.processor() or "unknown CPU",
+        machine=platform.machine(),
+        flags=flags,
+        torch_capability=torch.backends.cpu.get_cpu_capability(),
+        usable_cores=usable_cores(),
+    )
 
 
 @functools.cache
@@ -123,8 +136,9 @@ def fbgemm_fp16_available() -> bool:
     return bool(torch.all(out == 8))
 
 
-def choose_precision(dtype: str, quantize: str, cpu: CpuInfo, fp16_kernel: bool,
-                     native_kernels: bool = False) -> Precision:
+def choose_precision(
+    dtype: str, quantize: str, cpu: CpuInfo, fp16_kernel: bool, native_kernels: bool = False
+) -> Precision:
     """Resolves --dtype and --quantize ("auto" or explicit) for `cpu`, given whether FBGEMM's fp16
     GEMM and tenor's native kernels work here; raises ValueError for a combination that cannot
     run here."""
@@ -141,8 +155,9 @@ def choose_precision(dtype: str, quantize: str, cpu: CpuInfo, fp16_kernel: bool,
         why = f"dtype {dtype} set by the model config or --dtype"
     if quantize in ("fp16", "int8"):
         if dtype != "float32":
-            raise ValueError(f"quantize {quantize} needs float32 activations "
-                             "(--dtype float32, or auto on a CPU without native bf16)")
+            raise ValueError(
+                f"quantize {quantize} needs float32 activations (--dtype float32, or auto on a CPU without native bf16)"
+            )
         if not fp16_kernel:
             raise ValueError(f"quantize {quantize} needs FBGEMM (an x86 build of torch); use --quantize none")
         if quantize == "int8" and not native_kernels:

@@ -25,10 +25,30 @@ from tenor.models.config import ModelConfig
 # weights, fp16 weights and the 8-bit decode weights beside their fp16 copy (3.25 bytes) all fit.
 DTYPE_BYTES = {
     "auto": 4,
-    "float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4, "int16": 2,
-    "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-    "F8_E4M3": 1, "F8_E5M2": 1,
+    "float64": 8,
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "F64": 8,
+    "F32": 4,
+    "BF16": 2,
+    "F16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
 }
 FLOAT_DTYPES = frozenset({"float64", "float32", "bfloat16", "float16", "F64", "F32", "BF16", "F16"})
 MAX_DEFAULT_KV_BYTES = 2 << 30  # the engine's default KV budget cap (--kv-cache-gb for more)
@@ -57,8 +77,9 @@ class TensorInfo:
 def loaded_weight_bytes(tensors: Iterable[TensorInfo], serving_dtype: str) -> int:
     """Bytes the tensors take once loaded: floats in the serving dtype, the rest as stored."""
     serving = dtype_bytes(serving_dtype)
-    return sum(t.numel * (serving if t.dtype.removeprefix("torch.") in FLOAT_DTYPES else dtype_bytes(t.dtype))
-               for t in tensors)
+    return sum(
+        t.numel * (serving if t.dtype.removeprefix("torch.") in FLOAT_DTYPES else dtype_bytes(t.dtype)) for t in tensors
+    )
 
 
 def tied_head_bytes(model: ModelConfig, serving_dtype: str) -> int:
@@ -98,8 +119,11 @@ def safetensors_tensors(path: Path) -> list[TensorInfo]:
             raise ValueError(f"{path}: unreadable safetensors header ({exc})") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path}: unreadable safetensors header")
-    return [TensorInfo(tuple(int(d) for d in entry["shape"]), str(entry["dtype"]))
-            for name, entry in header.items() if name != "__metadata__"]
+    return [
+        TensorInfo(tuple(int(d) for d in entry["shape"]), str(entry["dtype"]))
+        for name, entry in header.items()
+        if name != "__metadata__"
+    ]
 
 
 def checkpoint_tensors(checkpoint: str | Path) -> list[TensorInfo] | None:

@@ -79,46 +79,114 @@ class ServableConfig:
 
     def memory(self, checkpoint: str | None = None, quantized_kv: bool = False) -> memory_model.ReplicaMemory:
         """One replica's weights (by the checkpoint's real tensors when readable) and KV cache."""
-        return memory_model.replica_memory(self.model, self.dtype, self.max_batch_size, self.max_target_length,
-                                     checkpoint, quantized_kv)
+        return memory_model.replica_memory(
+            self.model, self.dtype, self.max_batch_size, self.max_target_length, checkpoint, quantized_kv
+        )
 
 
 SMOLLM2_135M = ModelConfig(
-    arch="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,
-    num_heads=9, num_kv_heads=3, head_dim=64, max_position_embeddings=8192, norm_eps=1e-5,
-    rope_theta=100000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_ids=(2,),
+    arch="llama",
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_layers=30,
+    num_heads=9,
+    num_kv_heads=3,
+    head_dim=64,
+    max_position_embeddings=8192,
+    norm_eps=1e-5,
+    rope_theta=100000.0,
+    tie_word_embeddings=True,
+    bos_token_id=1,
+    eos_token_ids=(2,),
 )
 GPTJ_6B = ModelConfig(
-    arch="gptj", vocab_size=50400, hidden_size=4096, intermediate_size=16384, num_layers=28,
-    num_heads=16, num_kv_heads=16, head_dim=256, rotary_dim=64, max_position_embeddings=2048,
-    norm_eps=1e-5, bos_token_id=50256, eos_token_ids=(50256,),
+    arch="gptj",
+    vocab_size=50400,
+    hidden_size=4096,
+    intermediate_size=16384,
+    num_layers=28,
+    num_heads=16,
+    num_kv_heads=16,
+    head_dim=256,
+    rotary_dim=64,
+    max_position_embeddings=2048,
+    norm_eps=1e-5,
+    bos_token_id=50256,
+    eos_token_ids=(50256,),
 )
 LLAMA2_70B = ModelConfig(
-    arch="llama", vocab_size=32000, hidden_size=8192, intermediate_size=28672, num_layers=80,
-    num_heads=64, num_kv_heads=8, head_dim=128, max_position_embeddings=4096, norm_eps=1e-5,
-    bos_token_id=1, eos_token_ids=(2,),
+    arch="llama",
+    vocab_size=32000,
+    hidden_size=8192,
+    intermediate_size=28672,
+    num_layers=80,
+    num_heads=64,
+    num_kv_heads=8,
+    head_dim=128,
+    max_position_embeddings=4096,
+    norm_eps=1e-5,
+    bos_token_id=1,
+    eos_token_ids=(2,),
 )
 LLAMA31_405B = ModelConfig(
-    arch="llama", vocab_size=128256, hidden_size=16384, intermediate_size=53248, num_layers=126,
-    num_heads=128, num_kv_heads=8, head_dim=128, max_position_embeddings=131072, norm_eps=1e-5,
-    rope_theta=500000.0, rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 8192),
-    bos_token_id=128000, eos_token_ids=(128001, 128008, 128009),
+    arch="llama",
+    vocab_size=128256,
+    hidden_size=16384,
+    intermediate_size=53248,
+    num_layers=126,
+    num_heads=128,
+    num_kv_heads=8,
+    head_dim=128,
+    max_position_embeddings=131072,
+    norm_eps=1e-5,
+    rope_theta=500000.0,
+    rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 8192),
+    bos_token_id=128000,
+    eos_token_ids=(128001, 128008, 128009),
 )
 TINY_LLAMA = ModelConfig(
-    arch="llama", vocab_size=259, hidden_size=64, intermediate_size=128, num_layers=2,
-    num_heads=4, num_kv_heads=2, head_dim=16, max_position_embeddings=1024, rope_theta=10000.0,
-    tie_word_embeddings=False, bos_token_id=1, eos_token_ids=(2,),
+    arch="llama",
+    vocab_size=259,
+    hidden_size=64,
+    intermediate_size=128,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    max_position_embeddings=1024,
+    rope_theta=10000.0,
+    tie_word_embeddings=False,
+    bos_token_id=1,
+    eos_token_ids=(2,),
 )
 TINY_GPTJ = ModelConfig(
-    arch="gptj", vocab_size=259, hidden_size=64, intermediate_size=256, num_layers=2,
-    num_heads=4, num_kv_heads=4, head_dim=16, rotary_dim=8, max_position_embeddings=1024,
-    bos_token_id=1, eos_token_ids=(2,),
+    arch="gptj",
+    vocab_size=259,
+    hidden_size=64,
+    intermediate_size=256,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=4,
+    head_dim=16,
+    rotary_dim=8,
+    max_position_embeddings=1024,
+    bos_token_id=1,
+    eos_token_ids=(2,),
 )
 # A model shaped for tensor parallelism tests (heads divisible by 2 and 4), like SAX's LmCloudSpmd.
 LM_SPMD = ModelConfig(
-    arch="llama", vocab_size=259, hidden_size=128, intermediate_size=256, num_layers=4,
-    num_heads=8, num_kv_heads=4, head_dim=16, max_position_embeddings=1024,
-    bos_token_id=1, eos_token_ids=(2,),
+    arch="llama",
+    vocab_size=259,
+    hidden_size=128,
+    intermediate_size=256,
+    num_layers=4,
+    num_heads=8,
+    num_kv_heads=4,
+    head_dim=16,
+    max_position_embeddings=1024,
+    bos_token_id=1,
+    eos_token_ids=(2,),
 )
 
 _CONFIGS: dict[str, ServableConfig] = {}
@@ -149,31 +217,108 @@ def register(config: ServableConfig) -> ServableConfig:
     return config
 
 
-register(ServableConfig("llama.SmolLM2_135M_Instruct", SMOLLM2_135M, max_batch_size=64,
-                        max_prefill_predict_length=2048, max_target_length=4096, default_checkpoint="default"))
+register(
+    ServableConfig(
+        "llama.SmolLM2_135M_Instruct",
+        SMOLLM2_135M,
+        max_batch_size=64,
+        max_prefill_predict_length=2048,
+        max_target_length=4096,
+        default_checkpoint="default",
+    )
+)
 # The *_BF16 presets keep the dtype their names promise (SAX's convention); the default model
 # runs in whatever precision suits the CPU it finds ("auto"). Large presets declare their
 # model-server groups: GPT-J 6B fits one host but may use a group; Llama 2 70B and Llama 3.1
 # 405B need 8 ranks (one per KV head), as in JetStream's deployments.
-register(ServableConfig("gptj.GPTJ6B_BF16", GPTJ_6B, dtype="bfloat16", max_batch_size=32,
-                        max_prefill_predict_length=1024, max_target_length=2048, group_sizes=(1, 2, 4, 8)))
-register(ServableConfig("gptj.GPTJ6B_Tokenized_BF16", GPTJ_6B, dtype="bfloat16", max_batch_size=32, tokenized=True,
-                        max_prefill_predict_length=1024, max_target_length=2048, group_sizes=(1, 2, 4, 8)))
-register(ServableConfig("llama.Llama2_70B_BF16", LLAMA2_70B, dtype="bfloat16", max_batch_size=32,
-                        max_prefill_predict_length=1024, max_target_length=4096, group_sizes=(8,)))
-register(ServableConfig("llama.Llama31_405B_BF16", LLAMA31_405B, dtype="bfloat16", max_batch_size=16,
-                        max_prefill_predict_length=1024, max_target_length=8192, group_sizes=(8,)))
-register(ServableConfig("test.TinyLlamaRandom", TINY_LLAMA, dtype="float32", quantize="none", max_batch_size=8,
-                        max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
-                        random_weights=True, group_sizes=(1, 2)))
-register(ServableConfig("test.TinyGPTJRandom", TINY_GPTJ, dtype="float32", quantize="none", max_batch_size=8,
-                        max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
-                        random_weights=True))
+register(
+    ServableConfig(
+        "gptj.GPTJ6B_BF16",
+        GPTJ_6B,
+        dtype="bfloat16",
+        max_batch_size=32,
+        max_prefill_predict_length=1024,
+        max_target_length=2048,
+        group_sizes=(1, 2, 4, 8),
+    )
+)
+register(
+    ServableConfig(
+        "gptj.GPTJ6B_Tokenized_BF16",
+        GPTJ_6B,
+        dtype="bfloat16",
+        max_batch_size=32,
+        tokenized=True,
+        max_prefill_predict_length=1024,
+        max_target_length=2048,
+        group_sizes=(1, 2, 4, 8),
+    )
+)
+register(
+    ServableConfig(
+        "llama.Llama2_70B_BF16",
+        LLAMA2_70B,
+        dtype="bfloat16",
+        max_batch_size=32,
+        max_prefill_predict_length=1024,
+        max_target_length=4096,
+        group_sizes=(8,),
+    )
+)
+register(
+    ServableConfig(
+        "llama.Llama31_405B_BF16",
+        LLAMA31_405B,
+        dtype="bfloat16",
+        max_batch_size=16,
+        max_prefill_predict_length=1024,
+        max_target_length=8192,
+        group_sizes=(8,),
+    )
+)
+register(
+    ServableConfig(
+        "test.TinyLlamaRandom",
+        TINY_LLAMA,
+        dtype="float32",
+        quantize="none",
+        max_batch_size=8,
+        max_prefill_predict_length=256,
+        max_target_length=512,
+        tokenizer="bytes",
+        random_weights=True,
+        group_sizes=(1, 2),
+    )
+)
+register(
+    ServableConfig(
+        "test.TinyGPTJRandom",
+        TINY_GPTJ,
+        dtype="float32",
+        quantize="none",
+        max_batch_size=8,
+        max_prefill_predict_length=256,
+        max_target_length=512,
+        tokenizer="bytes",
+        random_weights=True,
+    )
+)
 # SAX's multi-host test model (the 175B stand-in): placed only on a model-server group of 2.
-register(ServableConfig("test.LmSpmdRandom", LM_SPMD, dtype="float32", quantize="none", max_batch_size=8,
-                        tokenized=True,
-                        max_prefill_predict_length=256, max_target_length=512, tokenizer="bytes",
-                        random_weights=True, group_sizes=(2,)))
+register(
+    ServableConfig(
+        "test.LmSpmdRandom",
+        LM_SPMD,
+        dtype="float32",
+        quantize="none",
+        max_batch_size=8,
+        tokenized=True,
+        max_prefill_predict_length=256,
+        max_target_length=512,
+        tokenizer="bytes",
+        random_weights=True,
+        group_sizes=(2,),
+    )
+)
 
 
 def get(name: str) -> ServableConfig:

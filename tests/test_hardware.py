@@ -5,26 +5,30 @@ import pytest
 from tenor.hardware import CpuInfo, _cpuinfo_fields, choose_precision, cpu_info, usable_cores
 
 AVX2_EPYC = CpuInfo("AMD EPYC", "x86_64", frozenset({"avx2", "fma", "f16c"}), "AVX2", 2)
-AMX_XEON = CpuInfo("Intel Xeon", "x86_64", frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16",
-                                                      "amx_tile"}), "AVX512", 2)
+AMX_XEON = CpuInfo(
+    "Intel Xeon", "x86_64", frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}), "AVX512", 2
+)
 ARM_BF16 = CpuInfo("Neoverse-V1", "aarch64", frozenset({"asimd", "sve", "bf16"}), "SVE256", 4)
 ARM_PLAIN = CpuInfo("Cortex-A72", "aarch64", frozenset({"asimd"}), "DEFAULT", 4)
 
 
-@pytest.mark.parametrize("cpu, fp16_kernel, dtype, quantize, expected", [
-    # auto never picks an emulated dtype
-    (AVX2_EPYC, True, "auto", "auto", ("float32", "fp16")),  # no native kernels: fp16 alone
-    (AVX2_EPYC, False, "auto", "auto", ("float32", "dense")),
-    (AMX_XEON, True, "auto", "auto", ("bfloat16", "dense")),
-    (ARM_BF16, False, "auto", "auto", ("bfloat16", "dense")),
-    (ARM_PLAIN, False, "auto", "auto", ("float32", "dense")),
-    # explicit choices are honoured
-    (AVX2_EPYC, True, "float32", "none", ("float32", "dense")),
-    (AVX2_EPYC, True, "bfloat16", "auto", ("bfloat16", "dense")),
-    (AMX_XEON, True, "float32", "auto", ("float32", "fp16")),
-    (AMX_XEON, True, "auto", "fp16", None),  # bf16 activations cannot take fp16 weights
-    (AMX_XEON, True, "float32", "fp16", ("float32", "fp16")),
-])
+@pytest.mark.parametrize(
+    "cpu, fp16_kernel, dtype, quantize, expected",
+    [
+        # auto never picks an emulated dtype
+        (AVX2_EPYC, True, "auto", "auto", ("float32", "fp16")),  # no native kernels: fp16 alone
+        (AVX2_EPYC, False, "auto", "auto", ("float32", "dense")),
+        (AMX_XEON, True, "auto", "auto", ("bfloat16", "dense")),
+        (ARM_BF16, False, "auto", "auto", ("bfloat16", "dense")),
+        (ARM_PLAIN, False, "auto", "auto", ("float32", "dense")),
+        # explicit choices are honoured
+        (AVX2_EPYC, True, "float32", "none", ("float32", "dense")),
+        (AVX2_EPYC, True, "bfloat16", "auto", ("bfloat16", "dense")),
+        (AMX_XEON, True, "float32", "auto", ("float32", "fp16")),
+        (AMX_XEON, True, "auto", "fp16", None),  # bf16 activations cannot take fp16 weights
+        (AMX_XEON, True, "float32", "fp16", ("float32", "fp16")),
+    ],
+)
 def test_choose_precision(cpu, fp16_kernel, dtype, quantize, expected):
     if expected is None:
         with pytest.raises(ValueError, match="float32 activations"):
@@ -54,14 +58,17 @@ def test_choose_precision_says_why_and_refuses_unknown_values():
         choose_precision("float32", "fp16", ARM_PLAIN, False)
 
 
-@pytest.mark.parametrize("affinity, cpu_max, expected", [
-    (8, "max 100000", 8),
-    (8, "200000 100000", 2),
-    (8, "150000 100000", 2),  # 1.5 cores of quota: two threads, one of them part-time
-    (2, "800000 100000", 2),  # the affinity mask is the tighter bound
-    (4, "", 4),  # no cgroup v2 file
-    (4, "garbage", 4),
-])
+@pytest.mark.parametrize(
+    "affinity, cpu_max, expected",
+    [
+        (8, "max 100000", 8),
+        (8, "200000 100000", 2),
+        (8, "150000 100000", 2),  # 1.5 cores of quota: two threads, one of them part-time
+        (2, "800000 100000", 2),  # the affinity mask is the tighter bound
+        (4, "", 4),  # no cgroup v2 file
+        (4, "garbage", 4),
+    ],
+)
 def test_usable_cores(affinity, cpu_max, expected):
     assert usable_cores(affinity, cpu_max) == expected
 

@@ -49,11 +49,14 @@ def test_the_model_matches_what_the_engine_allocates(config_name, dtype, quantiz
     assert modelled.kv_cache_bytes == pytest.approx(kv, rel=0.05)
 
 
-@pytest.mark.parametrize("dtype, quantized, expected", [
-    ("bfloat16", False, 2 * 2 * 2 * 16 * 2),
-    ("float32", False, 2 * 2 * 2 * 16 * 4),
-    ("float32", True, 2 * 2 * 2 * (16 + 4)),  # int8 elements plus one float32 scale per head
-])
+@pytest.mark.parametrize(
+    "dtype, quantized, expected",
+    [
+        ("bfloat16", False, 2 * 2 * 2 * 16 * 2),
+        ("float32", False, 2 * 2 * 2 * 16 * 4),
+        ("float32", True, 2 * 2 * 2 * (16 + 4)),  # int8 elements plus one float32 scale per head
+    ],
+)
 def test_kv_bytes_per_token(dtype, quantized, expected):
     assert memory.kv_bytes_per_token(registry.TINY_LLAMA, dtype, quantized) == expected
 
@@ -82,8 +85,10 @@ def test_a_tiny_gptj_checkpoint_is_placed_by_its_real_size(tmp_path):
 def test_safetensors_headers_without_torch(tmp_path):
     from safetensors.torch import save_file
 
-    save_file({"a": torch.zeros(3, 4, dtype=torch.int8), "b": torch.zeros(5, dtype=torch.bfloat16)},
-              str(tmp_path / "x.safetensors"))
+    save_file(
+        {"a": torch.zeros(3, 4, dtype=torch.int8), "b": torch.zeros(5, dtype=torch.bfloat16)},
+        str(tmp_path / "x.safetensors"),
+    )
     tensors = sorted(memory.safetensors_tensors(tmp_path / "x.safetensors"), key=lambda t: t.shape)
     assert [(t.shape, t.dtype) for t in tensors] == [((3, 4), "I8"), ((5,), "BF16")]
     assert memory.loaded_weight_bytes(tensors, "float32") == 12 + 5 * 4

@@ -98,16 +98,20 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         async def call(m: Manager) -> admin_pb2.PublishResponse:
             spec = await m.publish(reports.spec_from_proto(request.model))
             return admin_pb2.PublishResponse(model=reports.spec_to_proto(spec))
+
         return await self._run(context, call)
 
     async def Update(self, request, context):
         async def call(m: Manager) -> admin_pb2.UpdateResponse:
             parse_model_name(request.model_name)
-            spec = await m.update(request.model_name,
-                                  request.replicas if request.HasField("replicas") else None,
-                                  request.checkpoint if request.HasField("checkpoint") else None,
-                                  dict(request.overrides))
+            spec = await m.update(
+                request.model_name,
+                request.replicas if request.HasField("replicas") else None,
+                request.checkpoint if request.HasField("checkpoint") else None,
+                dict(request.overrides),
+            )
             return admin_pb2.UpdateResponse(model=reports.spec_to_proto(spec))
+
         return await self._run(context, call)
 
     async def Unpublish(self, request, context):
@@ -115,16 +119,19 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             parse_model_name(request.model_name)
             await m.unpublish(request.model_name)
             return admin_pb2.UnpublishResponse()
+
         return await self._run(context, call)
 
     async def List(self, request, context):
         async def call(m: Manager) -> admin_pb2.ListResponse:
             return reports.list_models(m, request.name)
+
         return await self._run(context, call)
 
     async def Stats(self, request, context):
         async def call(m: Manager) -> admin_pb2.StatsResponse:
             return reports.stats(m)
+
         return await self._run(context, call)
 
     async def WaitForReady(self, request, context):
@@ -137,12 +144,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             except BookClosed as exc:
                 raise NotLeaderError(str(exc)) from None
             return admin_pb2.WaitForReadyResponse(addresses=sorted(current.addresses + current.prefill))
+
         return await self._run(context, call)
 
     async def Join(self, request, context):
         async def call(m: Manager) -> admin_pb2.JoinResponse:
             await m.join(request.address, request.http_address, ServerSpecView.from_proto(request.spec))
             return admin_pb2.JoinResponse(admin_id=m.admin_id)
+
         return await self._run(context, call)
 
     async def WatchLoc(self, request, context) -> AsyncIterator[admin_pb2.WatchLocResponse]:
@@ -153,7 +162,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         try:
             parse_model_name(request.model_name)
             if request.role not in ("", PREFILL):
-                raise UserError(f"WatchLoc role must be \"\" (serving replicas) or \"prefill\", got {request.role!r}")
+                raise UserError(f'WatchLoc role must be "" (serving replicas) or "prefill", got {request.role!r}')
             manager.get(request.model_name)
         except NotFoundError as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
@@ -168,9 +177,13 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     continue  # only the other role's set changed
                 before = set(previous or ())
                 yield admin_pb2.WatchLocResponse(
-                    admin_id=manager.admin_id, seqno=current.seqno, reset=previous is None,
-                    addresses=addresses, added=sorted(set(addresses) - before),
-                    removed=sorted(before - set(addresses)))
+                    admin_id=manager.admin_id,
+                    seqno=current.seqno,
+                    reset=previous is None,
+                    addresses=addresses,
+                    added=sorted(set(addresses) - before),
+                    removed=sorted(before - set(addresses)),
+                )
                 previous = addresses
         except ModelGone as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
@@ -212,9 +225,13 @@ class AdminServer:
             except StoreError as exc:
                 leader = f"unknown ({exc})"
         manager = self.service.manager  # may have changed while reading the root
-        page = render_html(str(self.options.cell), self.role, leader,
-                           reports.list_models(manager, "") if manager else None,
-                           reports.stats(manager) if manager else None)
+        page = render_html(
+            str(self.options.cell),
+            self.role,
+            leader,
+            reports.list_models(manager, "") if manager else None,
+            reports.stats(manager) if manager else None,
+        )
         return self.role, page
 
     async def start(self) -> None:
@@ -231,8 +248,9 @@ class AdminServer:
             try:
                 http_port = await self._page.start(self.options.host, self.options.http_port or 0)
             except OSError as exc:
-                raise UserError(f"cannot serve the status page on {self.options.host}:{self.options.http_port}: "
-                                f"{exc.strerror}") from None
+                raise UserError(
+                    f"cannot serve the status page on {self.options.host}:{self.options.http_port}: {exc.strerror}"
+                ) from None
             self.http_address = f"{advertised}:{http_port}"
 
     async def run(self) -> None:
@@ -249,19 +267,22 @@ class AdminServer:
                 await asyncio.to_thread(leadership.release)
                 await asyncio.sleep(self.options.election_retry_s)
                 continue
-            manager = Manager(self.store, leadership, self.admin_id, state, self.options.manager,
-                              dial=self.access.aio_channel)
+            manager = Manager(
+                self.store, leadership, self.admin_id, state, self.options.manager, dial=self.access.aio_channel
+            )
             await manager.start()
             self.service.manager, self.role = manager, "leader"
-            print(f"tenor admin: leading {self.options.cell} at {self.address} with {len(state.models)} "
-                  "published model(s)", flush=True)
+            print(
+                f"tenor admin: leading {self.options.cell} at {self.address} with {len(state.models)} "
+                "published model(s)",
+                flush=True,
+            )
             reason = await self._until_stopping(election.hold(leadership, manager.lost))
             self.service.manager, self.role = None, "standby"
             await manager.stop()
             await asyncio.to_thread(leadership.release)
             if reason is not None:
-                print(f"tenor admin: lost the lead of {self.options.cell} ({reason}); campaigning again",
-                      flush=True)
+                print(f"tenor admin: lost the lead of {self.options.cell} ({reason}); campaigning again", flush=True)
 
     async def _until_stopping(self, work: Awaitable[T]) -> T | None:
         task = asyncio.ensure_future(work)

@@ -127,16 +127,17 @@ def _initial_room(servers: Sequence[ServerView], needs: dict[str, int]) -> _Room
     return room
 
 
-def _shortfall_reason(model: ModelDemand, servers: Sequence[ServerView], room: _Room, taken: set[str],
-                      role: str = BOTH) -> str:
+def _shortfall_reason(
+    model: ModelDemand, servers: Sequence[ServerView], room: _Room, taken: set[str], role: str = BOTH
+) -> str:
     if not servers:
         return "no model server has joined the cell"
-    serving = [s for s in servers
-               if s.can_serve(model.config_name, model.constraints, model.group_sizes) and not s.draining]
+    serving = [
+        s for s in servers if s.can_serve(model.config_name, model.constraints, model.group_sizes) and not s.draining
+    ]
     if not serving:
         tags = ",".join(sorted(model.constraints))
-        groups = "" if model.group_sizes == (1,) else \
-            f" as a group of {' or '.join(str(n) for n in model.group_sizes)}"
+        groups = "" if model.group_sizes == (1,) else f" as a group of {' or '.join(str(n) for n in model.group_sizes)}"
         return f"no server offers {model.config_name}" + (f" with tags {tags}" if tags else "") + groups
     others = [s for s in serving if s.address not in taken]
     if not others:
@@ -156,18 +157,32 @@ def _trim(model: ModelDemand, holders: list[ServerView], keep: int, room: _Room)
     if excess <= 0:
         return []
     # Not-yet-serving replicas go first, then those on the fullest servers.
-    order = sorted(holders, key=lambda s: (not s.draining, s.status_of(model.name) == ReplicaStatus.LOADED,
-                                           room.free[s.address], s.address))
+    order = sorted(
+        holders,
+        key=lambda s: (
+            not s.draining,
+            s.status_of(model.name) == ReplicaStatus.LOADED,
+            room.free[s.address],
+            s.address,
+        ),
+    )
     return [Action(model.name, s.address) for s in order[:excess]]
 
 
-def _place(model: ModelDemand, servers: Sequence[ServerView], missing: int, room: _Room, role: str = BOTH,
-           exclude: frozenset[str] = frozenset()) -> tuple[list[Action], Shortfall | None]:
+def _place(
+    model: ModelDemand,
+    servers: Sequence[ServerView],
+    missing: int,
+    room: _Room,
+    role: str = BOTH,
+    exclude: frozenset[str] = frozenset(),
+) -> tuple[list[Action], Shortfall | None]:
     """Places `missing` replicas in `role`, never on `exclude` (servers given another role of it)."""
     loads: list[Action] = []
     for _ in range(missing):
         candidates = [
-            s for s in servers
+            s
+            for s in servers
             if s.status_of(model.name) in (None, ReplicaStatus.FAILED)
             and not s.draining
             and s.address not in model.failed_on
@@ -178,13 +193,18 @@ def _place(model: ModelDemand, servers: Sequence[ServerView], missing: int, room
             and all(a.server != s.address for a in loads)
         ]
         if not candidates:
-            taken = ({s.address for s in servers if s.status_of(model.name) in _HOLDING} | {a.server for a in loads}
-                     | exclude)
+            taken = (
+                {s.address for s in servers if s.status_of(model.name) in _HOLDING}
+                | {a.server for a in loads}
+                | exclude
+            )
             short = missing - len(loads)
             reason = _shortfall_reason(model, servers, room, taken, role)
             return loads, Shortfall(model.name, short, reason if role == BOTH else f"{role} replicas: {reason}")
-        best = min(candidates, key=lambda s: (role != BOTH and role not in s.tags, -room.free[s.address],
-                                              len(s.models), s.address))
+        best = min(
+            candidates,
+            key=lambda s: (role != BOTH and role not in s.tags, -room.free[s.address], len(s.models), s.address),
+        )
         room.free[best.address] -= model.memory_bytes
         loads.append(Action(model.name, best.address, role))
     return loads, None

@@ -61,8 +61,9 @@ class ManagerOptions:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.prune_after_s < self.poll_interval_s:
-            raise ValueError(f"prune_after_s ({self.prune_after_s}) "
-                             f"must be >= poll_interval_s ({self.poll_interval_s})")
+            raise ValueError(
+                f"prune_after_s ({self.prune_after_s}) must be >= poll_interval_s ({self.poll_interval_s})"
+            )
         if self.max_load_attempts < 1:
             raise ValueError(f"max_load_attempts must be >= 1, got {self.max_load_attempts}")
         if self.startup_grace_s < 0:
@@ -87,15 +88,26 @@ class ModelRecord:
         return len(self.failures) >= max_attempts
 
     def demand(self, max_attempts: int) -> ModelDemand:
-        return ModelDemand(self.spec.name, self.spec.config_name, self.spec.replicas, self.placement.memory_bytes,
-                           self.placement.constraints, frozenset(self.failures), self.gave_up(max_attempts),
-                           self.placement.group_sizes,
-                           self.placement.roles.demand() if self.placement.roles else ())
+        return ModelDemand(
+            self.spec.name,
+            self.spec.config_name,
+            self.spec.replicas,
+            self.placement.memory_bytes,
+            self.placement.constraints,
+            frozenset(self.failures),
+            self.gave_up(max_attempts),
+            self.placement.group_sizes,
+            self.placement.roles.demand() if self.placement.roles else (),
+        )
 
     def load_request(self, role: str = BOTH) -> modelet_pb2.LoadRequest:
-        return modelet_pb2.LoadRequest(model_name=self.spec.name, config_name=self.spec.config_name,
-                                       checkpoint=self.spec.checkpoint or "",
-                                       overrides=model_server_overrides(self.spec.overrides_map), role=role)
+        return modelet_pb2.LoadRequest(
+            model_name=self.spec.name,
+            config_name=self.spec.config_name,
+            checkpoint=self.spec.checkpoint or "",
+            overrides=model_server_overrides(self.spec.overrides_map),
+            role=role,
+        )
 
 
 def _record_for(spec: ModelSpec, cell: CellName) -> ModelRecord:
@@ -109,8 +121,15 @@ def _record_for(spec: ModelSpec, cell: CellName) -> ModelRecord:
 
 
 class Manager:
-    def __init__(self, store: CellStore, leadership: Leadership, admin_id: str, state: CellState,
-                 options: ManagerOptions = ManagerOptions(), dial: Callable[[str], object] | None = None) -> None:
+    def __init__(
+        self,
+        store: CellStore,
+        leadership: Leadership,
+        admin_id: str,
+        state: CellState,
+        options: ManagerOptions = ManagerOptions(),
+        dial: Callable[[str], object] | None = None,
+    ) -> None:
         self.store = store
         self._dial = dial  # how to reach a model server (token and TLS); None: plain channels
         self.cell = store.cell
@@ -176,8 +195,9 @@ class Manager:
         self._wake.set()
         return spec
 
-    async def update(self, name: str, replicas: int | None, checkpoint: str | None,
-                     overrides: dict[str, str]) -> ModelSpec:
+    async def update(
+        self, name: str, replicas: int | None, checkpoint: str | None, overrides: dict[str, str]
+    ) -> ModelSpec:
         """checkpoint None: unchanged; "" sets None. An empty override value removes the key."""
         async with self._mutate:
             record = self._get(name)
@@ -192,12 +212,14 @@ class Manager:
             roles = role_counts(merged)
             if replicas is None and roles is not None:
                 replicas = roles.total  # `update ... prefill_replicas=2` needs no --replicas
-            spec = ModelSpec.make(name, old.config_name, new_checkpoint,
-                                  old.replicas if replicas is None else replicas, merged, old.uuid)
+            spec = ModelSpec.make(
+                name, old.config_name, new_checkpoint, old.replicas if replicas is None else replicas, merged, old.uuid
+            )
             placement = validate_spec(spec, self.cell)
             await self._save(self._state.with_model(spec))
-            reload = (spec.checkpoint != old.checkpoint
-                      or model_server_overrides(spec.overrides_map) != model_server_overrides(old.overrides_map))
+            reload = spec.checkpoint != old.checkpoint or model_server_overrides(
+                spec.overrides_map
+            ) != model_server_overrides(old.overrides_map)
             record.spec, record.placement, record.token = spec, placement, next(_tokens)
             record.failures.clear()
             record.last_failure = ""
@@ -238,11 +260,23 @@ class Manager:
                 self._wake.set()
             return
         dial: dict[str, Any] = {"dial": self._dial} if self._dial is not None else {}
-        server = ModelServer(address, http_address, spec, self._on_result, self.options.rpc_timeout_s,
-                             self.options.load_timeout_s, **dial)
+        server = ModelServer(
+            address,
+            http_address,
+            spec,
+            self._on_result,
+            self.options.rpc_timeout_s,
+            self.options.load_timeout_s,
+            **dial,
+        )
         self.servers[address] = server
-        log.info("model server %s joined (%s, %d bytes, tags %s)", address, spec.platform, spec.memory_bytes,
-                 ",".join(sorted(spec.tags)) or "-")
+        log.info(
+            "model server %s joined (%s, %d bytes, tags %s)",
+            address,
+            spec.platform,
+            spec.memory_bytes,
+            ",".join(sorted(spec.tags)) or "-",
+        )
         task = asyncio.get_running_loop().create_task(self._first_poll(server))
         self._background.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._background.discard)
@@ -253,8 +287,13 @@ class Manager:
 
     def _on_result(self, result: ActionResult) -> None:
         record = self._models.get(result.model)
-        if (record is not None and record.token == result.token and not result.ok and not result.transient
-                and result.kind in ("load", "update")):
+        if (
+            record is not None
+            and record.token == result.token
+            and not result.ok
+            and not result.transient
+            and result.kind in ("load", "update")
+        ):
             record.failures[result.server] = result.reason
             record.last_failure = f"{result.server}: {result.reason}"
             if result.kind == "update":
@@ -344,30 +383,42 @@ class Manager:
     def _roll_updates(self) -> None:
         """Reloads stale replicas one at a time per model, so the others keep serving."""
         for name, record in self._models.items():
-            record.stale = {a for a in record.stale if a in self.servers and self.servers[a].replicas.get(name)
-                            and self.servers[a].replicas[name].status in (ReplicaStatus.LOADING, ReplicaStatus.LOADED)}
+            record.stale = {
+                a
+                for a in record.stale
+                if a in self.servers
+                and self.servers[a].replicas.get(name)
+                and self.servers[a].replicas[name].status in (ReplicaStatus.LOADING, ReplicaStatus.LOADED)
+            }
             # Wait while any replica of this model is mid-action (the previous reload, a new load).
             if not record.stale or any(name in s.pending for s in self.servers.values()):
                 continue
-            ready = sorted(a for a in record.stale
-                           if self.servers[a].replicas[name].status == ReplicaStatus.LOADED)
+            ready = sorted(a for a in record.stale if self.servers[a].replicas[name].status == ReplicaStatus.LOADED)
             if ready:
                 address = ready[0]
                 record.stale.discard(address)
                 request = modelet_pb2.UpdateLoadedRequest(
-                    model_name=name, checkpoint=record.spec.checkpoint or "",
-                    overrides=model_server_overrides(record.spec.overrides_map))
+                    model_name=name,
+                    checkpoint=record.spec.checkpoint or "",
+                    overrides=model_server_overrides(record.spec.overrides_map),
+                )
                 self.servers[address].start_update(request, record.token)
 
     # --- queries -----------------------------------------------------------------------------
 
     def addresses_of(self, name: str, roles: Collection[str] | None = None) -> tuple[str, ...]:
         """LOADED replicas of `name` in `roles` (None: every role)."""
-        return tuple(sorted(
-            a for a, s in self.servers.items()
-            if s.healthy and name not in s.pending
-            and s.replicas.get(name) is not None and s.replicas[name].status == ReplicaStatus.LOADED
-            and (roles is None or s.replicas[name].role in roles)))
+        return tuple(
+            sorted(
+                a
+                for a, s in self.servers.items()
+                if s.healthy
+                and name not in s.pending
+                and s.replicas.get(name) is not None
+                and s.replicas[name].status == ReplicaStatus.LOADED
+                and (roles is None or s.replicas[name].role in roles)
+            )
+        )
 
     def get(self, name: str) -> ModelRecord:
         return self._get(name)

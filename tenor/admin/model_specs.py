@@ -24,8 +24,16 @@ from tenor.registry import (
     serving_overrides,
 )
 
-__all__ = ["ADMIN_KEYS", "Placement", "kv_cache_bytes", "model_server_overrides", "parse_override_value",
-           "placement_of", "serving_overrides", "validate_spec"]
+__all__ = [
+    "ADMIN_KEYS",
+    "Placement",
+    "kv_cache_bytes",
+    "model_server_overrides",
+    "parse_override_value",
+    "placement_of",
+    "serving_overrides",
+    "validate_spec",
+]
 
 
 def kv_cache_bytes(servable: ServableConfig) -> int:

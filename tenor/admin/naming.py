@@ -47,7 +47,7 @@ class ModelName:
 def _split(name: str, what: str, shape: str) -> list[str]:
     if not isinstance(name, str) or not name.startswith(f"/{PREFIX}/"):
         raise UserError(f"bad {what} name {name!r}: expected {shape}")
-    return name[len(PREFIX) + 2:].split("/")
+    return name[len(PREFIX) + 2 :].split("/")
 
 
 def parse_cell_name(name: str) -> CellName:

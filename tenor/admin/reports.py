@@ -21,14 +21,25 @@ _TO_PROTO = {
 
 
 def spec_to_proto(spec: ModelSpec) -> admin_pb2.Model:
-    return admin_pb2.Model(model_name=spec.name, config_name=spec.config_name, checkpoint=spec.checkpoint or "",
-                           requested_replicas=spec.replicas, overrides=spec.overrides_map, uuid=spec.uuid)
+    return admin_pb2.Model(
+        model_name=spec.name,
+        config_name=spec.config_name,
+        checkpoint=spec.checkpoint or "",
+        requested_replicas=spec.replicas,
+        overrides=spec.overrides_map,
+        uuid=spec.uuid,
+    )
 
 
 def spec_from_proto(model: admin_pb2.Model) -> ModelSpec:
     try:
-        return ModelSpec.make(model.model_name, model.config_name, model.checkpoint or None,
-                              model.requested_replicas, dict(model.overrides))
+        return ModelSpec.make(
+            model.model_name,
+            model.config_name,
+            model.checkpoint or None,
+            model.requested_replicas,
+            dict(model.overrides),
+        )
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -36,14 +47,23 @@ def spec_from_proto(model: admin_pb2.Model) -> ModelSpec:
 def _published(manager: Manager, record: ModelRecord) -> admin_pb2.PublishedModel:
     name = record.spec.name
     replicas = [
-        admin_pb2.Replica(address=address, status=_TO_PROTO[server.replicas[name].status],
-                          failure_reason=server.replicas[name].failure_reason, role=server.replicas[name].role)
-        for address, server in sorted(manager.servers.items()) if name in server.replicas
+        admin_pb2.Replica(
+            address=address,
+            status=_TO_PROTO[server.replicas[name].status],
+            failure_reason=server.replicas[name].failure_reason,
+            role=server.replicas[name].role,
+        )
+        for address, server in sorted(manager.servers.items())
+        if name in server.replicas
     ]
     return admin_pb2.PublishedModel(
-        model=spec_to_proto(record.spec), addresses=manager.addresses_of(name), replicas=replicas,
-        failure_reason=record.last_failure, gave_up=record.gave_up(manager.options.max_load_attempts),
-        shortfall=record.shortfall)
+        model=spec_to_proto(record.spec),
+        addresses=manager.addresses_of(name),
+        replicas=replicas,
+        failure_reason=record.last_failure,
+        gave_up=record.gave_up(manager.options.max_load_attempts),
+        shortfall=record.shortfall,
+    )
 
 
 def list_models(manager: Manager, name: str) -> admin_pb2.ListResponse:
@@ -70,20 +90,40 @@ def stats(manager: Manager) -> admin_pb2.StatsResponse:
     now = time.monotonic()
     servers = []
     for address, server in sorted(manager.servers.items()):
-        used = sum(p.memory_bytes for n, r in server.replicas.items()
-                   if r.status != ReplicaStatus.FAILED and (p := _placement(manager, n)) is not None)
+        used = sum(
+            p.memory_bytes
+            for n, r in server.replicas.items()
+            if r.status != ReplicaStatus.FAILED and (p := _placement(manager, n)) is not None
+        )
         models = [
-            admin_pb2.ModelOnServer(model_name=n, status=_TO_PROTO[r.status], failure_reason=r.failure_reason,
-                                    queue_depth=r.queue_depth, running=r.running, latency_p50_ms=r.latency_ms[0],
-                                    latency_p95_ms=r.latency_ms[1], latency_p99_ms=r.latency_ms[2])
+            admin_pb2.ModelOnServer(
+                model_name=n,
+                status=_TO_PROTO[r.status],
+                failure_reason=r.failure_reason,
+                queue_depth=r.queue_depth,
+                running=r.running,
+                latency_p50_ms=r.latency_ms[0],
+                latency_p95_ms=r.latency_ms[1],
+                latency_p99_ms=r.latency_ms[2],
+            )
             for n, r in sorted(server.replicas.items())
         ]
-        servers.append(admin_pb2.ServerInfo(
-            address=address, http_address=server.http_address,
-            spec=common_pb2.ServerSpec(platform=server.spec.platform, memory_bytes=server.spec.memory_bytes,
-                                       tags=sorted(server.spec.tags),
-                                       servable_configs=sorted(server.spec.servable_configs),
-                                       group_size=server.spec.group_size),
-            healthy=server.healthy, last_seen_age_s=now - server.last_ok, memory_used_bytes=used,
-            queue_depth=sum(r.queue_depth for r in server.replicas.values()), models=models))
+        servers.append(
+            admin_pb2.ServerInfo(
+                address=address,
+                http_address=server.http_address,
+                spec=common_pb2.ServerSpec(
+                    platform=server.spec.platform,
+                    memory_bytes=server.spec.memory_bytes,
+                    tags=sorted(server.spec.tags),
+                    servable_configs=sorted(server.spec.servable_configs),
+                    group_size=server.spec.group_size,
+                ),
+                healthy=server.healthy,
+                last_seen_age_s=now - server.last_ok,
+                memory_used_bytes=used,
+                queue_depth=sum(r.queue_depth for r in server.replicas.values()),
+                models=models,
+            )
+        )
     return admin_pb2.StatsResponse(admin_id=manager.admin_id, cell=str(manager.cell), servers=servers)

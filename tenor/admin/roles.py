@@ -75,14 +75,18 @@ def role_counts(overrides: Mapping[str, str]) -> RoleCounts | None:
         return None
     if len(given) < 2:
         raise UserError("disaggregated=true needs prefill_replicas=P and decode_replicas=D")
-    return RoleCounts(_count("prefill_replicas", overrides["prefill_replicas"]),
-                      _count("decode_replicas", overrides["decode_replicas"]))
+    return RoleCounts(
+        _count("prefill_replicas", overrides["prefill_replicas"]),
+        _count("decode_replicas", overrides["decode_replicas"]),
+    )
 
 
 def check_replicas(counts: RoleCounts | None, replicas: int) -> None:
     if counts is not None and counts.total != replicas:
-        raise UserError(f"replica count {replicas} must equal prefill_replicas + decode_replicas "
-                        f"({counts.prefill} + {counts.decode} = {counts.total})")
+        raise UserError(
+            f"replica count {replicas} must equal prefill_replicas + decode_replicas "
+            f"({counts.prefill} + {counts.decode} = {counts.total})"
+        )
 
 
 def check_group_sizes(counts: RoleCounts | None, config_name: str, group_sizes: tuple[int, ...]) -> None:
@@ -90,8 +94,10 @@ def check_group_sizes(counts: RoleCounts | None, config_name: str, group_sizes: 
     a model-server group cannot take the prefill or decode role."""
     if counts is not None and 1 not in group_sizes:
         sizes = " or ".join(str(n) for n in group_sizes)
-        raise UserError(f"{config_name} runs only on model-server groups of {sizes}, which cannot move KV "
-                        "blocks: it cannot be published with disaggregated=true")
+        raise UserError(
+            f"{config_name} runs only on model-server groups of {sizes}, which cannot move KV "
+            "blocks: it cannot be published with disaggregated=true"
+        )
 
 
 def check_role_values(overrides: Mapping[str, str]) -> None:

@@ -23,8 +23,7 @@ from tenor.proto import common_pb2, modelet_pb2, modelet_pb2_grpc
 log = logging.getLogger(__name__)
 
 # A failed RPC with these codes says the server is going away, not that the model is bad.
-TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
-                             grpc.StatusCode.DEADLINE_EXCEEDED})
+TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED})
 _FROM_PROTO = {
     common_pb2.LOADING: ReplicaStatus.LOADING,
     common_pb2.LOADED: ReplicaStatus.LOADED,
@@ -66,8 +65,13 @@ class ServerSpecView:
 
     @classmethod
     def from_proto(cls, spec: common_pb2.ServerSpec) -> "ServerSpecView":
-        return cls(spec.platform, spec.memory_bytes, frozenset(spec.tags), frozenset(spec.servable_configs),
-                   max(spec.group_size, 1))
+        return cls(
+            spec.platform,
+            spec.memory_bytes,
+            frozenset(spec.tags),
+            frozenset(spec.servable_configs),
+            max(spec.group_size, 1),
+        )
 
 
 @dataclass
@@ -110,9 +114,15 @@ class ModelServer:
         for m in status.models:
             if m.status in _FROM_PROTO:
                 reported[m.model_name] = Replica(
-                    _FROM_PROTO[m.status], m.config_name, m.checkpoint, m.failure_reason, m.queue_depth, m.running,
+                    _FROM_PROTO[m.status],
+                    m.config_name,
+                    m.checkpoint,
+                    m.failure_reason,
+                    m.queue_depth,
+                    m.running,
                     (m.latency_p50_ms, m.latency_p95_ms, m.latency_p99_ms),
-                    m.role if m.role in ROLES else BOTH)
+                    m.role if m.role in ROLES else BOTH,
+                )
         for name in self.pending:  # an action in flight: keep the admin's prediction
             if name in self.replicas:
                 reported[name] = self.replicas[name]
@@ -125,30 +135,47 @@ class ModelServer:
         return True
 
     def view(self) -> ServerView:
-        return ServerView(self.address, self.spec.memory_bytes, self.spec.platform, self.spec.tags,
-                          self.spec.servable_configs,
-                          tuple(sorted((name, r.status) for name, r in self.replicas.items())),
-                          draining=not self.healthy, group_size=self.spec.group_size,
-                          roles=tuple(sorted((n, r.role) for n, r in self.replicas.items() if r.role != BOTH)))
+        return ServerView(
+            self.address,
+            self.spec.memory_bytes,
+            self.spec.platform,
+            self.spec.tags,
+            self.spec.servable_configs,
+            tuple(sorted((name, r.status) for name, r in self.replicas.items())),
+            draining=not self.healthy,
+            group_size=self.spec.group_size,
+            roles=tuple(sorted((n, r.role) for n, r in self.replicas.items() if r.role != BOTH)),
+        )
 
     # --- actions -------------------------------------------------------------------------
 
     def start_load(self, request: modelet_pb2.LoadRequest, token: int) -> None:
-        self._begin(request.model_name, Replica(ReplicaStatus.LOADING, request.config_name, request.checkpoint,
-                                                role=request.role or BOTH))
+        self._begin(
+            request.model_name,
+            Replica(ReplicaStatus.LOADING, request.config_name, request.checkpoint, role=request.role or BOTH),
+        )
         self._queue.put_nowait(lambda: self._call("load", request, token, self._stub.Load, self.load_timeout_s))
 
     def start_update(self, request: modelet_pb2.UpdateLoadedRequest, token: int) -> None:
         old = self.replicas.get(request.model_name)
-        self._begin(request.model_name, Replica(ReplicaStatus.LOADING, old.config_name if old else "",
-                                                request.checkpoint, role=old.role if old else BOTH))
+        self._begin(
+            request.model_name,
+            Replica(
+                ReplicaStatus.LOADING,
+                old.config_name if old else "",
+                request.checkpoint,
+                role=old.role if old else BOTH,
+            ),
+        )
         self._queue.put_nowait(
-            lambda: self._call("update", request, token, self._stub.UpdateLoaded, self.load_timeout_s))
+            lambda: self._call("update", request, token, self._stub.UpdateLoaded, self.load_timeout_s)
+        )
 
     def start_unload(self, model_name: str, token: int) -> None:
         old = self.replicas.get(model_name)
-        self._begin(model_name, Replica(ReplicaStatus.UNLOADING, old.config_name if old else "",
-                                        role=old.role if old else BOTH))
+        self._begin(
+            model_name, Replica(ReplicaStatus.UNLOADING, old.config_name if old else "", role=old.role if old else BOTH)
+        )
         request = modelet_pb2.UnloadRequest(model_name=model_name)
         self._queue.put_nowait(lambda: self._call("unload", request, token, self._stub.Unload, self.load_timeout_s))
 
@@ -156,10 +183,14 @@ class ModelServer:
         self.pending[model_name] = self.pending.get(model_name, 0) + 1
         self.replicas[model_name] = predicted
 
-    async def _call(self, kind: str,
-                    request: modelet_pb2.LoadRequest | modelet_pb2.UpdateLoadedRequest | modelet_pb2.UnloadRequest,
-                    token: int, method: Callable[..., Awaitable[object]],
-                    timeout_s: float) -> tuple[ActionResult, Replica | None]:
+    async def _call(
+        self,
+        kind: str,
+        request: modelet_pb2.LoadRequest | modelet_pb2.UpdateLoadedRequest | modelet_pb2.UnloadRequest,
+        token: int,
+        method: Callable[..., Awaitable[object]],
+        timeout_s: float,
+    ) -> tuple[ActionResult, Replica | None]:
         """Runs one Modelet call; returns its result and the replica's state after it (None: gone or unknown)."""
         name = request.model_name
         before = self.replicas.get(name) or Replica(ReplicaStatus.LOADING)
@@ -169,11 +200,17 @@ class ModelServer:
             reason = exc.details() or exc.code().name
             if exc.code() in TRANSIENT_CODES:
                 return ActionResult(self.address, name, kind, token, False, True, reason), None
-            failed = None if kind == "unload" else Replica(ReplicaStatus.FAILED, before.config_name,
-                                                           before.checkpoint, reason, role=before.role)
+            failed = (
+                None
+                if kind == "unload"
+                else Replica(ReplicaStatus.FAILED, before.config_name, before.checkpoint, reason, role=before.role)
+            )
             return ActionResult(self.address, name, kind, token, False, False, reason), failed
-        after = None if kind == "unload" else Replica(ReplicaStatus.LOADED, before.config_name, before.checkpoint,
-                                                      role=before.role)
+        after = (
+            None
+            if kind == "unload"
+            else Replica(ReplicaStatus.LOADED, before.config_name, before.checkpoint, role=before.role)
+        )
         return ActionResult(self.address, name, kind, token, True), after
 
     async def _work(self) -> None:

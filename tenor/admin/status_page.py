@@ -29,8 +29,9 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def render_html(cell: str, role: str, leader: str, models: admin_pb2.ListResponse | None,
-                stats: admin_pb2.StatsResponse | None) -> str:
+def render_html(
+    cell: str, role: str, leader: str, models: admin_pb2.ListResponse | None, stats: admin_pb2.StatsResponse | None
+) -> str:
     parts = [f"<h1>tenor cell {html.escape(cell)}</h1>", f"<p>This admin is the <b>{html.escape(role)}</b>."]
     if leader:
         parts.append(f" Active admin: {html.escape(leader)}.")
@@ -39,27 +40,59 @@ def render_html(cell: str, role: str, leader: str, models: admin_pb2.ListRespons
         rows = []
         for m in models.models:
             # An interleaved replica's role ("both") goes unsaid; prefill and decode are named.
-            replicas = ", ".join(f"{r.address} ({_STATUS_NAMES[r.status]}"
-                                 + (f", {r.role})" if r.role and r.role != "both" else ")") for r in m.replicas) or "-"
+            replicas = (
+                ", ".join(
+                    f"{r.address} ({_STATUS_NAMES[r.status]}" + (f", {r.role})" if r.role and r.role != "both" else ")")
+                    for r in m.replicas
+                )
+                or "-"
+            )
             notes = "; ".join(x for x in (m.shortfall, m.failure_reason, "gave up" if m.gave_up else "") if x)
-            rows.append([m.model.model_name, m.model.config_name, m.model.checkpoint or "None",
-                         f"{len(m.addresses)}/{m.model.requested_replicas}", replicas, notes])
-        parts += ["<h2>Models</h2>", _table(["model", "config", "checkpoint", "serving/requested", "replicas",
-                                             "notes"], rows)]
+            rows.append(
+                [
+                    m.model.model_name,
+                    m.model.config_name,
+                    m.model.checkpoint or "None",
+                    f"{len(m.addresses)}/{m.model.requested_replicas}",
+                    replicas,
+                    notes,
+                ]
+            )
+        parts += [
+            "<h2>Models</h2>",
+            _table(["model", "config", "checkpoint", "serving/requested", "replicas", "notes"], rows),
+        ]
     if stats is not None:
         rows = []
         for s in stats.servers:
-            models_here = ", ".join(f"{m.model_name} ({_STATUS_NAMES[m.status]}, queue {m.queue_depth}, "
-                                    f"p50 {m.latency_p50_ms:.0f} ms)" for m in s.models) or "-"
-            rows.append([s.address, s.http_address or "-", s.spec.platform, ",".join(s.spec.tags) or "-",
-                         "healthy" if s.healthy else f"missed heartbeats for {s.last_seen_age_s:.1f}s",
-                         f"{_size(s.memory_used_bytes)} of {_size(s.spec.memory_bytes)}", str(s.queue_depth),
-                         models_here])
-        parts += ["<h2>Model servers</h2>", _table(["address", "http", "platform", "tags", "health", "memory",
-                                                    "queue", "models"], rows)]
+            models_here = (
+                ", ".join(
+                    f"{m.model_name} ({_STATUS_NAMES[m.status]}, queue {m.queue_depth}, p50 {m.latency_p50_ms:.0f} ms)"
+                    for m in s.models
+                )
+                or "-"
+            )
+            rows.append(
+                [
+                    s.address,
+                    s.http_address or "-",
+                    s.spec.platform,
+                    ",".join(s.spec.tags) or "-",
+                    "healthy" if s.healthy else f"missed heartbeats for {s.last_seen_age_s:.1f}s",
+                    f"{_size(s.memory_used_bytes)} of {_size(s.spec.memory_bytes)}",
+                    str(s.queue_depth),
+                    models_here,
+                ]
+            )
+        parts += [
+            "<h2>Model servers</h2>",
+            _table(["address", "http", "platform", "tags", "health", "memory", "queue", "models"], rows),
+        ]
     style = "table{border-collapse:collapse}td,th{border:1px solid #999;padding:2px 6px;text-align:left}"
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>tenor {html.escape(cell)}</title>"
-            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>tenor {html.escape(cell)}</title>"
+        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
+    )
 
 
 class StatusPage:
@@ -85,8 +118,10 @@ class StatusPage:
                 pass  # headers are not needed
             parts = request_line.decode("latin-1").split()
             status, content_type, body = await self._respond(parts)
-            head = (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-                    "Cache-Control: no-store\r\nConnection: close\r\n\r\n")
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+                "Cache-Control: no-store\r\nConnection: close\r\n\r\n"
+            )
             writer.write(head.encode() + body)
             await writer.drain()
         except (asyncio.TimeoutError, ConnectionError, UnicodeError):

@@ -80,8 +80,7 @@ class CellAccess:
 
     def server(self, open_methods: frozenset[str] = frozenset()) -> grpc.aio.Server:
         # No SO_REUSEPORT: a second server on a taken port must fail, not share it.
-        return grpc.aio.server(options=[("grpc.so_reuseport", 0)],
-                               interceptors=[TokenCheck(self.tokens, open_methods)])
+        return grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=[TokenCheck(self.tokens, open_methods)])
 
     def add_port(self, server: grpc.aio.Server, bind: str) -> int:
         """The bound port, 0 when it cannot be bound."""

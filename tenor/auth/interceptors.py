@@ -32,8 +32,7 @@ def _refusal(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     async def refuse(request: object, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSED)
 
-    codec = {"request_deserializer": handler.request_deserializer,
-             "response_serializer": handler.response_serializer}
+    codec = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
     if handler.request_streaming and handler.response_streaming:
         return grpc.stream_stream_rpc_method_handler(refuse, **codec)
     if handler.request_streaming:
@@ -52,7 +51,8 @@ class TokenCheck(grpc.aio.ServerInterceptor):
         self._open = open_methods
 
     async def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
@@ -63,8 +63,12 @@ class TokenCheck(grpc.aio.ServerInterceptor):
         return _refusal(handler)
 
 
-class _Details(collections.namedtuple("_Details", ("method", "timeout", "metadata", "credentials",
-                                                   "wait_for_ready", "compression")), grpc.ClientCallDetails):
+class _Details(
+    collections.namedtuple(
+        "_Details", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
+    ),
+    grpc.ClientCallDetails,
+):
     pass
 
 
@@ -73,17 +77,26 @@ def _with_token(metadata: Iterable[tuple[str, str]] | None, token: str | None) -
     return kept + [("authorization", f"Bearer {token}")] if token else kept
 
 
-class BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
-                  grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+class BearerToken(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
     """For `grpc.intercept_channel` (synchronous channels)."""
 
     def __init__(self, tokens: TokenSource) -> None:
         self._tokens = tokens
 
     def _details(self, details: grpc.ClientCallDetails) -> _Details:
-        return _Details(details.method, details.timeout, _with_token(details.metadata, self._tokens.sending()),
-                        details.credentials, getattr(details, "wait_for_ready", None),
-                        getattr(details, "compression", None))
+        return _Details(
+            details.method,
+            details.timeout,
+            _with_token(details.metadata, self._tokens.sending()),
+            details.credentials,
+            getattr(details, "wait_for_ready", None),
+            getattr(details, "compression", None),
+        )
 
     def intercept_unary_unary(self, continuation, details, request):
         return continuation(self._details(details), request)
@@ -103,9 +116,13 @@ class _AioBearer:
         self._tokens = tokens
 
     def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        return grpc.aio.ClientCallDetails(details.method, details.timeout,
-                                          grpc.aio.Metadata(*_with_token(details.metadata, self._tokens.sending())),
-                                          details.credentials, details.wait_for_ready)
+        return grpc.aio.ClientCallDetails(
+            details.method,
+            details.timeout,
+            grpc.aio.Metadata(*_with_token(details.metadata, self._tokens.sending())),
+            details.credentials,
+            details.wait_for_ready,
+        )
 
 
 class AioBearerUnary(_AioBearer, grpc.aio.UnaryUnaryClientInterceptor):

@@ -43,11 +43,15 @@ class TlsFiles:
         if self.cert is None or self.key is None:
             raise ValueError("a TLS server needs --tls-cert and --tls-key")
         ca = _read(self.ca, "CA") if self.ca else None
-        return grpc.ssl_server_credentials([(_read(self.key, "key"), _read(self.cert, "certificate"))],
-                                           root_certificates=ca, require_client_auth=ca is not None)
+        return grpc.ssl_server_credentials(
+            [(_read(self.key, "key"), _read(self.cert, "certificate"))],
+            root_certificates=ca,
+            require_client_auth=ca is not None,
+        )
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(
             root_certificates=_read(self.ca, "CA") if self.ca else None,
             private_key=_read(self.key, "key") if self.key else None,
-            certificate_chain=_read(self.cert, "certificate") if self.cert else None)
+            certificate_chain=_read(self.cert, "certificate") if self.cert else None,
+        )

@@ -38,8 +38,9 @@ class TokenSet:
     def __post_init__(self) -> None:
         for token in self.tokens:
             if len(token) < _MIN_TOKEN_CHARS or any(c.isspace() for c in token) or not token.isprintable():
-                raise ValueError(f"a cell token must be at least {_MIN_TOKEN_CHARS} printable characters "
-                                 "without spaces")
+                raise ValueError(
+                    f"a cell token must be at least {_MIN_TOKEN_CHARS} printable characters without spaces"
+                )
 
     @classmethod
     def parse(cls, text: str, where: str) -> "TokenSet":

@@ -82,8 +82,9 @@ class _Run:
             self.records[i] = await self.send(self.prompts[i])
         else:
             try:
-                self.records[i] = await asyncio.wait_for(self.send(self.prompts[i]),
-                                                         self.deadline - time.perf_counter())
+                self.records[i] = await asyncio.wait_for(
+                    self.send(self.prompts[i]), self.deadline - time.perf_counter()
+                )
             except asyncio.TimeoutError:
                 self.cut_off += 1
         self.done()

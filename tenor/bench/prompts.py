@@ -67,8 +67,16 @@ _TOPICS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 _CONNECTORS = (
-    "Afterwards,", "Meanwhile,", "For a while,", "Surprisingly,", "In the end,", "Later,",
-    "Even so,", "At first,", "By then,", "Once again,",
+    "Afterwards,",
+    "Meanwhile,",
+    "For a while,",
+    "Surprisingly,",
+    "In the end,",
+    "Later,",
+    "Even so,",
+    "At first,",
+    "By then,",
+    "Once again,",
 )
 
 _REFLECTIONS = (

@@ -85,8 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--seed", type=int, default=d.seed, help="prompt set and arrival times")
     add("--request-timeout", type=float, default=d.request_timeout_s, help="seconds per request")
     add("--warmup", type=int, default=d.warmup, help="unmeasured requests sent first")
-    add("--max-duration", type=float, default=None,
-        help="seconds: send nothing new after this and abandon requests still in flight")
+    add(
+        "--max-duration",
+        type=float,
+        default=None,
+        help="seconds: send nothing new after this and abandon requests still in flight",
+    )
     add("--prompts-file", default=None, help="text file of prompts separated by blank lines")
     add("--api-key", default=None, help="sent as a bearer token")
     add("--ignore-eos", action="store_true", help="ask the server to generate max_tokens every time")

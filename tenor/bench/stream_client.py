@@ -184,5 +184,5 @@ async def fetch_runtime(client: httpx.AsyncClient, base_url: str) -> str | None:
         return None
     for line in response.text.splitlines():
         if line.startswith("tenor:runtime_info{"):
-            return line[len("tenor:runtime_info{"): line.rfind("}")]
+            return line[len("tenor:runtime_info{") : line.rfind("}")]
     return None

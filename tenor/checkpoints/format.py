@@ -140,8 +140,9 @@ def _unaliased(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Contiguous tensors, cloning those whose memory overlaps another's: safetensors refuses
     aliased tensors (a tied view, slices of one fused tensor)."""
     tensors = {name: t.detach().contiguous() for name, t in weights.items()}
-    spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), name)
-                   for name, t in tensors.items() if t.numel())
+    spans = sorted(
+        (t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), name) for name, t in tensors.items() if t.numel()
+    )
     end = 0
     for start, stop, name in spans:
         if start < end:

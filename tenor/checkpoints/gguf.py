@@ -33,8 +33,11 @@ _LAYER_NAMES = {  # GGUF block tensor -> (tenor tensor, index of the piece in a 
     "ffn_up.weight": ("mlp.gate_up.weight", 1),
     "ffn_down.weight": ("mlp.down.weight", 0),
 }
-_GLOBAL_NAMES = {"token_embd.weight": "embed.weight", "output_norm.weight": "norm.weight",
-                 "output.weight": "lm_head.weight"}
+_GLOBAL_NAMES = {
+    "token_embd.weight": "embed.weight",
+    "output_norm.weight": "norm.weight",
+    "output.weight": "lm_head.weight",
+}
 
 
 def is_gguf_file(path: Path) -> bool:
@@ -132,20 +135,30 @@ def gguf_config(meta: _Metadata, tensors: dict[str, ReaderTensor]) -> ModelConfi
     embed = tensors.get("token_embd.weight")
     if embed is None:
         raise CheckpointError(f"{meta.path}: tensor token_embd.weight is missing")
-    eos = tuple(dict.fromkeys(  # end-of-turn ids end generation too (Llama 3's eot / eom)
-        i for k in ("eos_token_id", "eot_token_id", "eom_token_id")
-        if (i := meta.optional_int(f"tokenizer.ggml.{k}")) is not None))
+    eos = tuple(
+        dict.fromkeys(  # end-of-turn ids end generation too (Llama 3's eot / eom)
+            i
+            for k in ("eos_token_id", "eot_token_id", "eom_token_id")
+            if (i := meta.optional_int(f"tokenizer.ggml.{k}")) is not None
+        )
+    )
     try:
         return ModelConfig(
-            arch="llama", vocab_size=int(embed.shape[1]), hidden_size=d,
+            arch="llama",
+            vocab_size=int(embed.shape[1]),
+            hidden_size=d,
             intermediate_size=meta.get_int("llama.feed_forward_length"),
-            num_layers=meta.get_int("llama.block_count"), num_heads=heads,
-            num_kv_heads=meta.get_int("llama.attention.head_count_kv", heads), head_dim=head_dim,
+            num_layers=meta.get_int("llama.block_count"),
+            num_heads=heads,
+            num_kv_heads=meta.get_int("llama.attention.head_count_kv", heads),
+            head_dim=head_dim,
             max_position_embeddings=meta.get_int("llama.context_length", 2048),
             norm_eps=meta.get_float("llama.attention.layer_norm_rms_epsilon"),
-            rope_theta=meta.get_float("llama.rope.freq_base", 10000.0), rope_scaling=_rope_scaling(meta),
+            rope_theta=meta.get_float("llama.rope.freq_base", 10000.0),
+            rope_scaling=_rope_scaling(meta),
             tie_word_embeddings="output.weight" not in tensors,
-            bos_token_id=meta.optional_int("tokenizer.ggml.bos_token_id"), eos_token_ids=eos,
+            bos_token_id=meta.optional_int("tokenizer.ggml.bos_token_id"),
+            eos_token_ids=eos,
         )
     except ValueError as exc:
         raise CheckpointError(f"{meta.path}: {exc}") from None
@@ -185,8 +198,10 @@ def _read_weight(path: Path, config: ModelConfig, name: str, parts: dict[int, Re
         tensor = parts[i]
         ggml_shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
         if ggml_shape != (count, *shape[1:]):
-            raise CheckpointError(f"{path}: tensor {tensor.name} has shape {list(ggml_shape)}, "
-                                  f"expected {[count, *shape[1:]]} for the model config")
+            raise CheckpointError(
+                f"{path}: tensor {tensor.name} has shape {list(ggml_shape)}, "
+                f"expected {[count, *shape[1:]]} for the model config"
+            )
         data = tensor.data.view(np.ndarray)  # plain ndarray: memmap slicing costs ~1 s over a model
         if data.nbytes != tensor.n_bytes:
             raise CheckpointError(f"{path}: tensor {tensor.name} is cut short; the file is truncated")

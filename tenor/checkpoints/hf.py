@@ -36,8 +36,7 @@ def is_hf_directory(path: Path) -> bool:
         data = json.loads((path / "config.json").read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and "format_version" not in data and (
-        "architectures" in data or "model_type" in data)
+    return isinstance(data, dict) and "format_version" not in data and ("architectures" in data or "model_type" in data)
 
 
 def load_hf(path: str | Path) -> LoadedCheckpoint:
@@ -73,8 +72,11 @@ def read_hf_config(path: Path) -> ModelConfig:
     try:
         fields = _llama_fields(file, data) if arch == "llama" else _gptj_fields(file, data)
         return ModelConfig(
-            arch=arch, bos_token_id=data.get("bos_token_id"), eos_token_ids=eos,
-            tie_word_embeddings=bool(data.get("tie_word_embeddings", False)), **fields,
+            arch=arch,
+            bos_token_id=data.get("bos_token_id"),
+            eos_token_ids=eos,
+            tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
+            **fields,
         )
     except KeyError as exc:
         raise CheckpointError(f"{file}: missing key {exc}") from None
@@ -103,12 +105,17 @@ def _llama_fields(file: Path, data: dict[str, Any]) -> dict[str, Any]:
     _positive_int(file, data, "hidden_size")
     theta, scaling = _rope(file, data)
     return dict(
-        vocab_size=data["vocab_size"], hidden_size=data["hidden_size"],
-        intermediate_size=data["intermediate_size"], num_layers=data["num_hidden_layers"],
-        num_heads=heads, num_kv_heads=data.get("num_key_value_heads") or heads,
+        vocab_size=data["vocab_size"],
+        hidden_size=data["hidden_size"],
+        intermediate_size=data["intermediate_size"],
+        num_layers=data["num_hidden_layers"],
+        num_heads=heads,
+        num_kv_heads=data.get("num_key_value_heads") or heads,
         head_dim=data.get("head_dim") or data["hidden_size"] // heads,
-        max_position_embeddings=max_positions, norm_eps=float(data.get("rms_norm_eps", 1e-6)),
-        rope_theta=theta, rope_scaling=scaling,
+        max_position_embeddings=max_positions,
+        norm_eps=float(data.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta,
+        rope_scaling=scaling,
     )
 
 
@@ -132,7 +139,9 @@ def _rope(file: Path, data: dict[str, Any]) -> tuple[float, RopeScaling | None]:
         return theta, RopeScaling("linear", factor=float(scaling["factor"]))
     if kind == "llama3":
         return theta, RopeScaling(
-            "llama3", factor=float(scaling["factor"]), low_freq_factor=float(scaling["low_freq_factor"]),
+            "llama3",
+            factor=float(scaling["factor"]),
+            low_freq_factor=float(scaling["low_freq_factor"]),
             high_freq_factor=float(scaling["high_freq_factor"]),
             original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
         )
@@ -145,10 +154,17 @@ def _gptj_fields(file: Path, data: dict[str, Any]) -> dict[str, Any]:
     d, heads = _positive_int(file, data, "n_embd"), _positive_int(file, data, "n_head")
     head_dim = d // heads
     return dict(
-        vocab_size=data["vocab_size"], hidden_size=d, intermediate_size=data.get("n_inner") or 4 * d,
-        num_layers=data["n_layer"], num_heads=heads, num_kv_heads=heads, head_dim=head_dim,
-        rotary_dim=data.get("rotary_dim") or head_dim, max_position_embeddings=data["n_positions"],
-        norm_eps=float(data.get("layer_norm_epsilon", 1e-5)), rope_theta=10000.0,
+        vocab_size=data["vocab_size"],
+        hidden_size=d,
+        intermediate_size=data.get("n_inner") or 4 * d,
+        num_layers=data["n_layer"],
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=head_dim,
+        rotary_dim=data.get("rotary_dim") or head_dim,
+        max_position_embeddings=data["n_positions"],
+        norm_eps=float(data.get("layer_norm_epsilon", 1e-5)),
+        rope_theta=10000.0,
     )
 
 
@@ -158,20 +174,24 @@ def hf_name_map(config: ModelConfig) -> dict[str, tuple[str, ...]]:
     for i in range(config.num_layers):
         if config.arch == "llama":
             p, a, m = f"model.layers.{i}.", f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
-            names.update({
-                f"layers.{i}.attn_norm.weight": (p + "input_layernorm.weight",),
-                f"layers.{i}.attn.qkv.weight": (a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
-                f"layers.{i}.attn.o.weight": (a + "o_proj.weight",),
-                f"layers.{i}.mlp_norm.weight": (p + "post_attention_layernorm.weight",),
-                f"layers.{i}.mlp.gate_up.weight": (m + "gate_proj.weight", m + "up_proj.weight"),
-                f"layers.{i}.mlp.down.weight": (m + "down_proj.weight",),
-            })
+            names.update(
+                {
+                    f"layers.{i}.attn_norm.weight": (p + "input_layernorm.weight",),
+                    f"layers.{i}.attn.qkv.weight": (a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
+                    f"layers.{i}.attn.o.weight": (a + "o_proj.weight",),
+                    f"layers.{i}.mlp_norm.weight": (p + "post_attention_layernorm.weight",),
+                    f"layers.{i}.mlp.gate_up.weight": (m + "gate_proj.weight", m + "up_proj.weight"),
+                    f"layers.{i}.mlp.down.weight": (m + "down_proj.weight",),
+                }
+            )
         else:
             p, a = f"transformer.h.{i}.", f"transformer.h.{i}.attn."
-            names.update({
-                f"layers.{i}.attn.qkv.weight": (a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
-                f"layers.{i}.attn.o.weight": (a + "out_proj.weight",),
-            })
+            names.update(
+                {
+                    f"layers.{i}.attn.qkv.weight": (a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
+                    f"layers.{i}.attn.o.weight": (a + "out_proj.weight",),
+                }
+            )
             for suffix in ("ln.weight", "ln.bias"):
                 names[f"layers.{i}.{suffix}"] = (p + suffix.replace("ln", "ln_1"),)
             for suffix in ("fc_in.weight", "fc_in.bias", "fc_out.weight", "fc_out.bias"):
@@ -179,8 +199,14 @@ def hf_name_map(config: ModelConfig) -> dict[str, tuple[str, ...]]:
     if config.arch == "llama":
         names.update({"embed.weight": ("model.embed_tokens.weight",), "norm.weight": ("model.norm.weight",)})
     else:
-        names.update({"embed.weight": ("transformer.wte.weight",), "ln_f.weight": ("transformer.ln_f.weight",),
-                      "ln_f.bias": ("transformer.ln_f.bias",), "lm_head.bias": ("lm_head.bias",)})
+        names.update(
+            {
+                "embed.weight": ("transformer.wte.weight",),
+                "ln_f.weight": ("transformer.ln_f.weight",),
+                "ln_f.bias": ("transformer.ln_f.bias",),
+                "lm_head.bias": ("lm_head.bias",),
+            }
+        )
     if not config.tie_word_embeddings:
         names["lm_head.weight"] = ("lm_head.weight",)
     position = {name: i for i, name in enumerate(float_specs(config))}

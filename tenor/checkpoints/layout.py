@@ -27,9 +27,7 @@ class TensorSpec:
 
 def check_quantization(quantization: str | None) -> None:
     if quantization is not None and quantization not in QUANTIZATIONS:
-        raise CheckpointError(
-            f"unsupported quantization {quantization!r}; tenor supports {', '.join(QUANTIZATIONS)}"
-        )
+        raise CheckpointError(f"unsupported quantization {quantization!r}; tenor supports {', '.join(QUANTIZATIONS)}")
 
 
 def float_specs(config: ModelConfig) -> dict[str, TensorSpec]:
@@ -40,22 +38,29 @@ def float_specs(config: ModelConfig) -> dict[str, TensorSpec]:
     for i in range(config.num_layers):
         p = f"layers.{i}."
         if config.arch == "llama":
-            shapes.update({
-                p + "attn_norm.weight": (d,),
-                p + "attn.qkv.weight": (qkv, d),
-                p + "attn.o.weight": (d, config.q_size),
-                p + "mlp_norm.weight": (d,),
-                p + "mlp.gate_up.weight": (2 * f, d),
-                p + "mlp.down.weight": (d, f),
-            })
+            shapes.update(
+                {
+                    p + "attn_norm.weight": (d,),
+                    p + "attn.qkv.weight": (qkv, d),
+                    p + "attn.o.weight": (d, config.q_size),
+                    p + "mlp_norm.weight": (d,),
+                    p + "mlp.gate_up.weight": (2 * f, d),
+                    p + "mlp.down.weight": (d, f),
+                }
+            )
         else:
-            shapes.update({
-                p + "ln.weight": (d,), p + "ln.bias": (d,),
-                p + "attn.qkv.weight": (qkv, d),
-                p + "attn.o.weight": (d, config.q_size),
-                p + "mlp.fc_in.weight": (f, d), p + "mlp.fc_in.bias": (f,),
-                p + "mlp.fc_out.weight": (d, f), p + "mlp.fc_out.bias": (d,),
-            })
+            shapes.update(
+                {
+                    p + "ln.weight": (d,),
+                    p + "ln.bias": (d,),
+                    p + "attn.qkv.weight": (qkv, d),
+                    p + "attn.o.weight": (d, config.q_size),
+                    p + "mlp.fc_in.weight": (f, d),
+                    p + "mlp.fc_in.bias": (f,),
+                    p + "mlp.fc_out.weight": (d, f),
+                    p + "mlp.fc_out.bias": (d,),
+                }
+            )
     if config.arch == "llama":
         shapes["norm.weight"] = (d,)
     else:
@@ -67,10 +72,15 @@ def float_specs(config: ModelConfig) -> dict[str, TensorSpec]:
 
 def linear_weight_names(config: ModelConfig) -> list[str]:
     """The `X.weight` tensors of linear layers: what int8 quantization replaces."""
-    linear = ("attn.qkv.weight", "attn.o.weight", "mlp.gate_up.weight", "mlp.down.weight",
-              "mlp.fc_in.weight", "mlp.fc_out.weight")
-    return [name for name in float_specs(config)
-            if name == "lm_head.weight" or name.endswith(linear)]
+    linear = (
+        "attn.qkv.weight",
+        "attn.o.weight",
+        "mlp.gate_up.weight",
+        "mlp.down.weight",
+        "mlp.fc_in.weight",
+        "mlp.fc_out.weight",
+    )
+    return [name for name in float_specs(config) if name == "lm_head.weight" or name.endswith(linear)]
 
 
 def tensor_specs(config: ModelConfig, quantization: str | None = None) -> dict[str, TensorSpec]:
@@ -102,8 +112,7 @@ def split_fused(config: ModelConfig, name: str, tensor: torch.Tensor) -> list[to
 def check_shape(where: str, name: str, tensor: torch.Tensor, expected: tuple[int, ...]) -> None:
     if tuple(tensor.shape) != tuple(expected):
         raise CheckpointError(
-            f"{where}: tensor {name} has shape {list(tensor.shape)}, "
-            f"expected {list(expected)} for the model config"
+            f"{where}: tensor {name} has shape {list(tensor.shape)}, expected {list(expected)} for the model config"
         )
 
 

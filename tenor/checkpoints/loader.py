@@ -12,7 +12,7 @@ from tenor.errors import CheckpointError
 
 
 def checkpoint_kind(path: str | Path) -> str:
-    """"tenor", "hf" or "gguf"; CheckpointError when the path is none of them."""
+    """ "tenor", "hf" or "gguf"; CheckpointError when the path is none of them."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such file or directory")

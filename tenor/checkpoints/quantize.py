@@ -20,12 +20,12 @@ def quantize_tensor(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     q = torch.empty(weight.shape, dtype=torch.int8)
     scale = torch.empty(weight.shape[0], dtype=torch.float32)
     for start in range(0, weight.shape[0], _ROWS_PER_CHUNK):
-        rows = weight[start:start + _ROWS_PER_CHUNK].to(torch.float32)
+        rows = weight[start : start + _ROWS_PER_CHUNK].to(torch.float32)
         # An all-zero row gets scale 1 so that it dequantizes to exact zeros, not NaN.
         s = rows.abs().amax(dim=1) / 127.0
         s = torch.where(s > 0, s, torch.ones_like(s))
-        q[start:start + len(rows)] = torch.round(rows / s[:, None]).clamp_(-127, 127).to(torch.int8)
-        scale[start:start + len(rows)] = s
+        q[start : start + len(rows)] = torch.round(rows / s[:, None]).clamp_(-127, 127).to(torch.int8)
+        scale[start : start + len(rows)] = s
     return q, scale
 
 
@@ -41,9 +41,7 @@ def quantize_weights(weights: dict[str, torch.Tensor], config: ModelConfig) -> d
     return out
 
 
-def dequantize_weights(
-    weights: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32
-) -> dict[str, torch.Tensor]:
+def dequantize_weights(weights: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """The inverse of `quantize_weights` (up to rounding): float weights, scales dropped."""
     out: dict[str, torch.Tensor] = {}
     for name, tensor in weights.items():

@@ -1,11 +1,11 @@
 """saxutil's cell verbs: publish, unpublish, update, ls, watch.
 
-    tenor publish /tenor/<cell>/<model> <config> <checkpoint|None> <replicas> [key=value ...]
-        (disaggregated=true prefill_replicas=P decode_replicas=D: P + D = replicas)
-    tenor unpublish /tenor/<cell>/<model>
-    tenor update /tenor/<cell>/<model> [--replicas N] [--checkpoint PATH|None] [key=value ...]
-    tenor ls [/tenor/<cell>[/<model>]]
-    tenor watch /tenor/<cell>/<model>
+tenor publish /tenor/<cell>/<model> <config> <checkpoint|None> <replicas> [key=value ...]
+    (disaggregated=true prefill_replicas=P decode_replicas=D: P + D = replicas)
+tenor unpublish /tenor/<cell>/<model>
+tenor update /tenor/<cell>/<model> [--replicas N] [--checkpoint PATH|None] [key=value ...]
+tenor ls [/tenor/<cell>[/<model>]]
+tenor watch /tenor/<cell>/<model>
 """
 
 from __future__ import annotations
@@ -28,10 +28,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     publish.add_argument("config", metavar="CONFIG", help="servable config, e.g. test.TinyLlamaRandom")
     publish.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint path, or None")
     publish.add_argument("replicas", metavar="REPLICAS", help="number of replicas (>= 0)")
-    publish.add_argument("overrides", metavar="KEY=VALUE", nargs="*",
-                         help="config overrides (JSON values); ram=BYTES and constraints=TAG,.. steer placement; "
-                              "disaggregated=true prefill_replicas=P decode_replicas=D (P + D = REPLICAS) places "
-                              "prefill and decode replicas")
+    publish.add_argument(
+        "overrides",
+        metavar="KEY=VALUE",
+        nargs="*",
+        help="config overrides (JSON values); ram=BYTES and constraints=TAG,.. steer placement; "
+        "disaggregated=true prefill_replicas=P decode_replicas=D (P + D = REPLICAS) places "
+        "prefill and decode replicas",
+    )
 
     unpublish = _verb(subparsers, "unpublish", "unpublish a model", _unpublish)
     unpublish.add_argument("model", metavar="MODEL")
@@ -53,8 +57,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _verb(subparsers: argparse._SubParsersAction, name: str, help_text: str, func) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(name, help=help_text)
     parser.add_argument("--root", help=f"cell root: file://DIR or etcd://HOST:PORT[/prefix] (default ${ROOT_ENV})")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
-                        help=f"seconds to find the admin and get an answer (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds to find the admin and get an answer (default {DEFAULT_TIMEOUT_S:g})",
+    )
     add_credential_flags(parser)
     parser.set_defaults(func=func)
     return parser
@@ -89,8 +98,9 @@ def _checkpoint(text: str) -> str:
 def _client(args: argparse.Namespace, name: ModelName):
     from tenor.client.admin_client import AdminClient  # grpc loads only for verbs that talk to the admin
 
-    return AdminClient(resolve_root(args.root), name.cell_name, timeout_s=args.timeout,
-                       credentials=credentials_from(args))
+    return AdminClient(
+        resolve_root(args.root), name.cell_name, timeout_s=args.timeout, credentials=credentials_from(args)
+    )
 
 
 def _publish(args: argparse.Namespace) -> int:
@@ -146,8 +156,11 @@ def _ls(args: argparse.Namespace) -> int:
     client = AdminClient(resolve_root(args.root), cell, timeout_s=args.timeout, credentials=credentials_from(args))
     try:
         models = client.list(str(name))
-        groups = {s.address: s.spec.group_size for s in client.stats().servers if s.spec.group_size > 1} \
-            if isinstance(name, ModelName) else {}
+        groups = (
+            {s.address: s.spec.group_size for s in client.stats().servers if s.spec.group_size > 1}
+            if isinstance(name, ModelName)
+            else {}
+        )
     finally:
         client.close()
     if not isinstance(name, ModelName):
@@ -158,11 +171,25 @@ def _ls(args: argparse.Namespace) -> int:
     spec = model.model
     # Interleaved replicas ("both") are listed bare; prefill and decode replicas say so.
     roles = {r.address: r.role for r in model.replicas if r.role and r.role != "both"}
-    print(render_table(
-        ["model", "model path", "checkpoint path", "# of replicas", "replica addresses"],
-        [[name.model, spec.config_name, spec.checkpoint or "None", str(len(model.addresses)),
-          "\n".join(a + (f" ({roles[a]})" if a in roles else "") + (f" (group of {groups[a]})" if a in groups else "")
-                    for a in model.addresses)]]))
+    print(
+        render_table(
+            ["model", "model path", "checkpoint path", "# of replicas", "replica addresses"],
+            [
+                [
+                    name.model,
+                    spec.config_name,
+                    spec.checkpoint or "None",
+                    str(len(model.addresses)),
+                    "\n".join(
+                        a
+                        + (f" ({roles[a]})" if a in roles else "")
+                        + (f" (group of {groups[a]})" if a in groups else "")
+                        for a in model.addresses
+                    ),
+                ]
+            ],
+        )
+    )
     if len(model.addresses) < spec.requested_replicas or model.failure_reason:
         print(f"requested {spec.requested_replicas} replica(s), {len(model.addresses)} serving")
         for replica in model.replicas:

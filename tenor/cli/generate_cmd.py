@@ -16,11 +16,18 @@ def register(subparsers) -> None:
     p.add_argument("prompt", help="the prompt (or comma-separated token ids for tokenized models)")
     p.add_argument("--model", default=None, help="registry name or checkpoint path (default: SmolLM2-135M-Instruct)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
-    p.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
-                   help="activations dtype; auto (the default) picks bfloat16 only where the CPU computes it natively")
-    p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
-                   help="linear weights: auto (the default), none (in --dtype, exact), fp16 (FBGEMM), "
-                        "int8 (decode) + fp16")
+    p.add_argument(
+        "--dtype",
+        choices=DTYPE_CHOICES,
+        default=None,
+        help="activations dtype; auto (the default) picks bfloat16 only where the CPU computes it natively",
+    )
+    p.add_argument(
+        "--quantize",
+        choices=QUANTIZE_CHOICES,
+        default=None,
+        help="linear weights: auto (the default), none (in --dtype, exact), fp16 (FBGEMM), int8 (decode) + fp16",
+    )
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -28,8 +35,14 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--num-samples", "-n", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print one JSON object per sample")
-    p.add_argument("--tensor-parallel", "-tp", type=int, default=1, metavar="N",
-                   help="shard the model over N local processes (the cores are split between them)")
+    p.add_argument(
+        "--tensor-parallel",
+        "-tp",
+        type=int,
+        default=1,
+        metavar="N",
+        help="shard the model over N local processes (the cores are split between them)",
+    )
     p.set_defaults(func=run)
 
 
@@ -41,8 +54,14 @@ def run(args: argparse.Namespace) -> int:
         servable = servable.with_overrides(quantize=args.quantize)
     if args.tensor_parallel < 1:
         raise UserError(f"--tensor-parallel must be >= 1, got {args.tensor_parallel}")
-    sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
-                              top_p=args.top_p, seed=args.seed, n=args.num_samples)
+    sampling = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        n=args.num_samples,
+    )
     samples = asyncio.run(_generate(servable, checkpoint, args.prompt, args.chat, sampling, args.tensor_parallel))
     samples.sort(key=lambda s: -s["score"])
     for i, sample in enumerate(samples):
@@ -54,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _generate(servable, checkpoint, prompt: str, chat: bool, sampling: SamplingParams,
-                    tensor_parallel: int = 1) -> list[dict]:
+async def _generate(
+    servable, checkpoint, prompt: str, chat: bool, sampling: SamplingParams, tensor_parallel: int = 1
+) -> list[dict]:
     from tenor.dist.local import local_group
     from tenor.engine.factory import EngineOptions, create_engine
     from tenor.server.pipeline import ChatPrompt, RequestPipeline, TextPrompt

@@ -1,7 +1,7 @@
 """`tenor lm.generate` and `tenor lm.score`: saxutil's LM verbs and output shapes.
 
-    tenor lm.generate [-n N] [--stream] [--extra k:v,...] MODEL QUERY   -> GENERATE | SCORE table
-    tenor lm.score [--extra k:v,...] MODEL PREFIX SUFFIX...            -> SUFFIX | SCORE table
+tenor lm.generate [-n N] [--stream] [--extra k:v,...] MODEL QUERY   -> GENERATE | SCORE table
+tenor lm.score [--extra k:v,...] MODEL PREFIX SUFFIX...            -> SUFFIX | SCORE table
 """
 
 from __future__ import annotations
@@ -38,13 +38,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", help="cell root, file://DIR or etcd://HOST:PORT[/prefix] (default: $TENOR_ROOT)")
     parser.add_argument(
-        "--extra", default="", metavar="K:V,...",
+        "--extra",
+        default="",
+        metavar="K:V,...",
         help='extra inputs, e.g. "temperature:0.5,per_example_max_decode_steps:16"; quoted values are strings',
     )
-    parser.add_argument("--addresses", default="", metavar="HOST:PORT,...",
-                        help="call these model servers directly instead of asking the cell's admin")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
-                        help=f"seconds for the whole call, retries included (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument(
+        "--addresses",
+        default="",
+        metavar="HOST:PORT,...",
+        help="call these model servers directly instead of asking the cell's admin",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds for the whole call, retries included (default {DEFAULT_TIMEOUT_S:g})",
+    )
     add_credential_flags(parser)
 
 
@@ -91,8 +102,10 @@ def _open(args: argparse.Namespace) -> Model:
         raise UserError(f"--timeout must be > 0, got {args.timeout}")
     addresses = tuple(a for a in args.addresses.split(",") if a)
     root = args.root if addresses else resolve_root(args.root)  # with addresses, the root only holds the token
-    return Model(args.model, ClientOptions(timeout_s=args.timeout, root=root, addresses=addresses,
-                                           credentials=credentials_from(args)))
+    return Model(
+        args.model,
+        ClientOptions(timeout_s=args.timeout, root=root, addresses=addresses, credentials=credentials_from(args)),
+    )
 
 
 def _generate(args: argparse.Namespace) -> int:

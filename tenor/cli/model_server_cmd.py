@@ -31,32 +31,70 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--root", help="cell root, file://DIR or etcd://HOST:PORT[/prefix] (default: $TENOR_ROOT)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=0, help="gRPC port (Modelet + LM); default: any free port")
-    serve.add_argument("--http-port", type=int, default=None,
-                       help="also serve HTTP (/healthcheck, /metrics, /models/<model>/...) on this port; 0: any")
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="also serve HTTP (/healthcheck, /metrics, /models/<model>/...) on this port; 0: any",
+    )
     serve.add_argument("--platform", default="cpu", choices=("cpu", "cuda"))
     serve.add_argument("--tags", default="", help="comma-separated tags for placement constraints")
     serve.add_argument("--memory", default="", help="memory models may use, e.g. 8G (default: this machine's RAM)")
     serve.add_argument("--configs", default="", help="comma-separated servable configs offered (default: all)")
-    serve.add_argument("--rejoin-interval", type=float, default=2.0, metavar="S",
-                       help="seconds between Joins to the admin (default 2)")
-    serve.add_argument("--drain-timeout", type=float, default=5.0, metavar="S",
-                       help="seconds in-flight requests get when a model is unloaded (default 5)")
+    serve.add_argument(
+        "--rejoin-interval", type=float, default=2.0, metavar="S", help="seconds between Joins to the admin (default 2)"
+    )
+    serve.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds in-flight requests get when a model is unloaded (default 5)",
+    )
     add_credential_flags(serve)
     add_connection_flags(serve)
-    serve.add_argument("--group-size", type=int, default=None, metavar="N",
-                       help="ranks in this server's model-server group (default: $LWS_GROUP_SIZE, else 1)")
-    serve.add_argument("--group-rank", type=int, default=None, metavar="R",
-                       help="this process's rank, 0 = the leader that joins the cell (default: $LWS_WORKER_INDEX)")
-    serve.add_argument("--group-leader", default=None, metavar="HOST:PORT",
-                       help="where rank 0 forms the group (default: $LWS_LEADER_ADDRESS, port 29500)")
-    serve.add_argument("--group-timeout", type=float, default=10.0, metavar="S",
-                       help="seconds a collective may wait for a peer before the group counts as broken (default 10)")
-    serve.add_argument("--group-join-timeout", type=float, default=300.0, metavar="S",
-                       help="seconds to wait for every rank to join and load (default 300)")
-    serve.add_argument("--prefill-from", default="", metavar="HOST:PORT,...",
-                       help="manual decode role: every model not placed here as prefill decodes here, prefilling "
-                            "on these model servers (default: as the admin places it; see `tenor publish ... "
-                            "disaggregated=true`)")
+    serve.add_argument(
+        "--group-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="ranks in this server's model-server group (default: $LWS_GROUP_SIZE, else 1)",
+    )
+    serve.add_argument(
+        "--group-rank",
+        type=int,
+        default=None,
+        metavar="R",
+        help="this process's rank, 0 = the leader that joins the cell (default: $LWS_WORKER_INDEX)",
+    )
+    serve.add_argument(
+        "--group-leader",
+        default=None,
+        metavar="HOST:PORT",
+        help="where rank 0 forms the group (default: $LWS_LEADER_ADDRESS, port 29500)",
+    )
+    serve.add_argument(
+        "--group-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds a collective may wait for a peer before the group counts as broken (default 10)",
+    )
+    serve.add_argument(
+        "--group-join-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds to wait for every rank to join and load (default 300)",
+    )
+    serve.add_argument(
+        "--prefill-from",
+        default="",
+        metavar="HOST:PORT,...",
+        help="manual decode role: every model not placed here as prefill decodes here, prefilling "
+        "on these model servers (default: as the admin places it; see `tenor publish ... "
+        "disaggregated=true`)",
+    )
     serve.set_defaults(func=_serve)
 
 
@@ -99,15 +137,23 @@ def _serve(args: argparse.Namespace) -> int:
     from tenor.server.model_server import ModelServerConfig, serve
 
     try:
-        group = spec_from_env(args.group_size, args.group_rank, args.group_leader,
-                              timeout_s=args.group_timeout, join_timeout_s=args.group_join_timeout)
+        group = spec_from_env(
+            args.group_size,
+            args.group_rank,
+            args.group_leader,
+            timeout_s=args.group_timeout,
+            join_timeout_s=args.group_join_timeout,
+        )
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if group is not None and not group.is_leader:
         from tenor.dist.worker import serve_worker
 
-        print(f"model-server group worker: rank {group.rank} of {group.size}, leader "
-              f"{group.leader_host}:{group.leader_port}", flush=True)
+        print(
+            f"model-server group worker: rank {group.rank} of {group.size}, leader "
+            f"{group.leader_host}:{group.leader_port}",
+            flush=True,
+        )
         return serve_worker(group)  # GroupError (cannot join): a one-line error from main
     cell = str(parse_cell_name(args.cell))
     configs = _split(args.configs)

@@ -36,32 +36,67 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Serve one model over HTTP: POST /generate, /v1/completions, /v1/chat/completions, "
         "GET /v1/models, /healthcheck, /metrics. Prints the URL once ready; SIGTERM drains.",
     )
-    parser.add_argument("--model", default=DEFAULT_MODEL,
-                        help=f"registry name, checkpoint directory or .gguf file (default: {DEFAULT_MODEL})")
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"registry name, checkpoint directory or .gguf file (default: {DEFAULT_MODEL})",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default: 8000)")
-    parser.add_argument("--dtype", choices=registry.DTYPES, default=None,
-                        help="activations dtype (default: the model config's, auto for the default model: "
-                        "bfloat16 where the CPU computes it natively, else float32)")
-    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
-                        help="how linear weights are stored: auto (default: int8 for decode + fp16 for prefill "
-                        "beside float32 activations on x86), none (in --dtype; exact), fp16 (FBGEMM's fp16 GEMM), "
-                        "int8")
-    parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
-                        help=f"require 'Authorization: Bearer KEY' on /v1/* and /generate (default: ${API_KEY_ENV})")
-    parser.add_argument("--max-waiting", type=int, default=EngineOptions.max_waiting,
-                        help="requests allowed to wait for a slot; more get 429 "
-                        f"(default: {EngineOptions.max_waiting})")
-    parser.add_argument("--kv-cache-gb", type=float, default=None,
-                        help="KV-cache budget in GiB (default: sized from the model's batch and context)")
+    parser.add_argument(
+        "--dtype",
+        choices=registry.DTYPES,
+        default=None,
+        help="activations dtype (default: the model config's, auto for the default model: "
+        "bfloat16 where the CPU computes it natively, else float32)",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZE_CHOICES,
+        default=None,
+        help="how linear weights are stored: auto (default: int8 for decode + fp16 for prefill "
+        "beside float32 activations on x86), none (in --dtype; exact), fp16 (FBGEMM's fp16 GEMM), "
+        "int8",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"require 'Authorization: Bearer KEY' on /v1/* and /generate (default: ${API_KEY_ENV})",
+    )
+    parser.add_argument(
+        "--max-waiting",
+        type=int,
+        default=EngineOptions.max_waiting,
+        help=f"requests allowed to wait for a slot; more get 429 (default: {EngineOptions.max_waiting})",
+    )
+    parser.add_argument(
+        "--kv-cache-gb",
+        type=float,
+        default=None,
+        help="KV-cache budget in GiB (default: sized from the model's batch and context)",
+    )
     parser.add_argument("--quantize-kv-cache", action="store_true", help="keep the KV cache in int8")
-    parser.add_argument("--drain-timeout", type=float, default=10.0,
-                        help="seconds in-flight requests may take to finish after SIGTERM (default: 10)")
-    parser.add_argument("--grpc-port", type=int, default=None,
-                        help="also serve JetStream's gRPC Orchestrator (Decode, HealthCheck) on this port; 0 picks one")
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=10.0,
+        help="seconds in-flight requests may take to finish after SIGTERM (default: 10)",
+    )
+    parser.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="also serve JetStream's gRPC Orchestrator (Decode, HealthCheck) on this port; 0 picks one",
+    )
     add_connection_flags(parser)
-    parser.add_argument("--tensor-parallel", "-tp", type=int, default=1, metavar="N",
-                        help="shard the model over N local processes, the cores split between them (default: 1)")
+    parser.add_argument(
+        "--tensor-parallel",
+        "-tp",
+        type=int,
+        default=1,
+        metavar="N",
+        help="shard the model over N local processes, the cores split between them (default: 1)",
+    )
     parser.set_defaults(func=run)
 
 

@@ -26,15 +26,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rotate = verbs.add_parser("rotate", help="replace the cell token in the root; serving goes on")
     rotate.add_argument("--cell", required=True, help="/tenor/<cell>")
     rotate.add_argument("--root", help=f"cell root: file://DIR or etcd://HOST:PORT[/prefix] (default ${ROOT_ENV})")
-    rotate.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, metavar="S",
-                        help=f"seconds between the three steps; > {RELOAD_S:g} (default {DEFAULT_GRACE_S:g})")
+    rotate.add_argument(
+        "--grace",
+        type=float,
+        default=DEFAULT_GRACE_S,
+        metavar="S",
+        help=f"seconds between the three steps; > {RELOAD_S:g} (default {DEFAULT_GRACE_S:g})",
+    )
     rotate.set_defaults(func=_rotate)
 
 
 def _rotate(args: argparse.Namespace) -> int:
     if not args.grace > RELOAD_S:
-        raise UserError(f"--grace must be more than {RELOAD_S:g} s (how often servers re-read the token), "
-                        f"got {args.grace}")
+        raise UserError(
+            f"--grace must be more than {RELOAD_S:g} s (how often servers re-read the token), got {args.grace}"
+        )
     store = open_store(resolve_root(args.root), parse_cell_name(args.cell))
     try:
         text = store.read_token()

@@ -21,8 +21,7 @@ from tenor.auth.channels import CellAccess, CellCredentials, open_access
 from tenor.errors import UserError
 from tenor.proto import admin_pb2, admin_pb2_grpc, common_pb2
 
-__all__ = ["AdminClient", "AdminError", "AdminUnavailableError", "LocationUpdate", "LocationWatch",
-           "resolve_root"]
+__all__ = ["AdminClient", "AdminError", "AdminUnavailableError", "LocationUpdate", "LocationWatch", "resolve_root"]
 
 # A frozen admin must not hold a short call forever: retry after this, maybe on a new leader.
 _ATTEMPT_TIMEOUT_S = 5.0
@@ -65,8 +64,15 @@ class LocationUpdate:
 class AdminClient:
     """Thread-safe. `cell` is "/tenor/<cell>"."""
 
-    def __init__(self, root: str, cell: str | CellName, *, timeout_s: float = 30.0,
-                 credentials: CellCredentials = CellCredentials(), access: CellAccess | None = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        cell: str | CellName,
+        *,
+        timeout_s: float = 30.0,
+        credentials: CellCredentials = CellCredentials(),
+        access: CellAccess | None = None,
+    ) -> None:
         self.cell = cell if isinstance(cell, CellName) else parse_cell_name(cell)
         self.root = resolve_root(root)
         self.timeout_s = timeout_s
@@ -124,9 +130,11 @@ class AdminClient:
                 code = exc.code()
                 # CANCELLED: another thread closed the channel after it failed there; DEADLINE_EXCEEDED
                 # with time left: one attempt's cap, e.g. a frozen admin.
-                retryable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) or (
-                    code == grpc.StatusCode.DEADLINE_EXCEEDED and deadline - time.monotonic() > 0) or (
-                    code == grpc.StatusCode.UNAUTHENTICATED and self.access.tokens.refreshed())
+                retryable = (
+                    code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+                    or (code == grpc.StatusCode.DEADLINE_EXCEEDED and deadline - time.monotonic() > 0)
+                    or (code == grpc.StatusCode.UNAUTHENTICATED and self.access.tokens.refreshed())
+                )
                 if not retryable:
                     raise self._refusal(code, exc.details() or code.name) from None
                 last = f"{self._address}: {exc.details() or code.name}"
@@ -149,10 +157,21 @@ class AdminClient:
 
     # --- the Admin service -------------------------------------------------------------
 
-    def publish(self, name: str, config_name: str, checkpoint: str | None, replicas: int,
-                overrides: dict[str, str] | None = None) -> admin_pb2.Model:
-        model = admin_pb2.Model(model_name=name, config_name=config_name, checkpoint=checkpoint or "",
-                                requested_replicas=replicas, overrides=overrides or {})
+    def publish(
+        self,
+        name: str,
+        config_name: str,
+        checkpoint: str | None,
+        replicas: int,
+        overrides: dict[str, str] | None = None,
+    ) -> admin_pb2.Model:
+        model = admin_pb2.Model(
+            model_name=name,
+            config_name=config_name,
+            checkpoint=checkpoint or "",
+            requested_replicas=replicas,
+            overrides=overrides or {},
+        )
         attempts = 0
 
         def attempt(stub: admin_pb2_grpc.AdminStub, remaining: float) -> admin_pb2.Model:
@@ -169,12 +188,22 @@ class AdminClient:
                 raise
             stored = self.list(name)[0].model
             if (stored.config_name, stored.checkpoint, stored.requested_replicas, dict(stored.overrides)) != (
-                    model.config_name, model.checkpoint, model.requested_replicas, dict(model.overrides)):
+                model.config_name,
+                model.checkpoint,
+                model.requested_replicas,
+                dict(model.overrides),
+            ):
                 raise
             return stored
 
-    def update(self, name: str, *, replicas: int | None = None, checkpoint: str | None = None,
-               overrides: dict[str, str] | None = None) -> admin_pb2.Model:
+    def update(
+        self,
+        name: str,
+        *,
+        replicas: int | None = None,
+        checkpoint: str | None = None,
+        overrides: dict[str, str] | None = None,
+    ) -> admin_pb2.Model:
         """None leaves a field as it is; checkpoint "" sets it to None; an empty override value removes the key."""
         request = admin_pb2.UpdateRequest(model_name=name, overrides=overrides or {})
         if replicas is not None:
@@ -197,12 +226,12 @@ class AdminClient:
         try:
             response = self._unary("WaitForReady", request, timeout_s, long=True)
         except AdminUnavailableError:
-            raise AdminError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                             f"{name} did not reach {num_replicas} ready replica(s) in time") from None
+            raise AdminError(
+                grpc.StatusCode.DEADLINE_EXCEEDED, f"{name} did not reach {num_replicas} ready replica(s) in time"
+            ) from None
         return list(response.addresses)
 
-    def join(self, address: str, http_address: str, spec: common_pb2.ServerSpec,
-             timeout_s: float | None = None) -> str:
+    def join(self, address: str, http_address: str, spec: common_pb2.ServerSpec, timeout_s: float | None = None) -> str:
         request = admin_pb2.JoinRequest(address=address, http_address=http_address, spec=spec)
         return self._unary("Join", request, timeout_s).admin_id
 
@@ -247,16 +276,23 @@ class LocationWatch:
             channel = None
             try:
                 channel = self._client._connect()
-                call = admin_pb2_grpc.AdminStub(channel).WatchLoc(admin_pb2.WatchLocRequest(model_name=self._name,
-                                                                                   role=self._role))
+                call = admin_pb2_grpc.AdminStub(channel).WatchLoc(
+                    admin_pb2.WatchLocRequest(model_name=self._name, role=self._role)
+                )
                 with self._call_lock:
                     self._call = call
                 if self._closed.is_set():
                     call.cancel()
                 for message in call:
                     backoff = _BACKOFF_START_S
-                    yield LocationUpdate(message.admin_id, message.seqno, message.reset, tuple(message.addresses),
-                                         tuple(message.added), tuple(message.removed))
+                    yield LocationUpdate(
+                        message.admin_id,
+                        message.seqno,
+                        message.reset,
+                        tuple(message.addresses),
+                        tuple(message.added),
+                        tuple(message.removed),
+                    )
             except _Retry:
                 pass
             except grpc.RpcError as exc:

@@ -142,10 +142,14 @@ class Model:
         """attempt(stub, seconds_left) on a replica, retried on others within the deadline."""
         self._watch_once()
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.options.timeout_s)
+
         def on_replicas() -> T:
             return call_with_retry(
-                self.name, self._replicas, lambda address, left: attempt(self._channels.stub(address), left),
-                deadline, self.options.retry,
+                self.name,
+                self._replicas,
+                lambda address, left: attempt(self._channels.stub(address), left),
+                deadline,
+                self.options.retry,
             )
 
         try:
@@ -168,8 +172,9 @@ class Model:
                 from tenor.admin.naming import parse_model_name
                 from tenor.client.admin_client import AdminClient, resolve_root
 
-                self._admin = AdminClient(resolve_root(self.options.root), parse_model_name(self.name).cell_name,
-                                          access=self._access)
+                self._admin = AdminClient(
+                    resolve_root(self.options.root), parse_model_name(self.name).cell_name, access=self._access
+                )
                 self._watcher = LocationWatcher(self.name, self._watch_addresses, self._replicas).start()
 
     def _watch_addresses(self, name: str) -> Iterator[tuple[str, ...]]:
@@ -232,7 +237,10 @@ class LanguageModel:
         return [Sample(t.text, t.score) for t in reply.texts]
 
     def score(
-        self, prefix: str, suffixes: Sequence[str], extra: Mapping[str, ExtraValue] | None = None,
+        self,
+        prefix: str,
+        suffixes: Sequence[str],
+        extra: Mapping[str, ExtraValue] | None = None,
         timeout_s: float | None = None,
     ) -> list[float]:
         """log P(suffix | prefix) for each suffix."""

@@ -15,8 +15,9 @@ from tenor.engine.api import GenerateRequest, RequestOutput
 
 
 class DecodeEngine:
-    def __init__(self, inner, model_key: str, remote: RemotePrefill, block_size: int,
-                 on_stop: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, inner, model_key: str, remote: RemotePrefill, block_size: int, on_stop: Callable[[], None] | None = None
+    ) -> None:
         self._inner = inner
         self.model_key = model_key
         self.remote = remote

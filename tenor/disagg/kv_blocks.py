@@ -57,9 +57,13 @@ def encode(blocks: KVBlocks, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.KVCh
     for part in parts:
         digest.update(part)
     header = pb.KVHeader(
-        block_size=blocks.block_size, first_block=blocks.first_block, num_blocks=blocks.num_blocks,
-        kv_shape=list(blocks.kv.shape), kv_dtype=str(blocks.kv.dtype).removeprefix("torch."),
-        total_bytes=blocks.num_bytes, checksum=digest.digest(),
+        block_size=blocks.block_size,
+        first_block=blocks.first_block,
+        num_blocks=blocks.num_blocks,
+        kv_shape=list(blocks.kv.shape),
+        kv_dtype=str(blocks.kv.dtype).removeprefix("torch."),
+        total_bytes=blocks.num_bytes,
+        checksum=digest.digest(),
     )
     if blocks.scales is not None:
         header.scales_shape.extend(blocks.scales.shape)
@@ -67,7 +71,7 @@ def encode(blocks: KVBlocks, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.KVCh
     yield pb.KVChunk(header=header)
     for part in parts:
         for start in range(0, len(part), chunk_bytes):
-            yield pb.KVChunk(data=bytes(part[start:start + chunk_bytes]))
+            yield pb.KVChunk(data=bytes(part[start : start + chunk_bytes]))
 
 
 def _dtype(name: str) -> torch.dtype:

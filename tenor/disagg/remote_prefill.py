@@ -47,8 +47,12 @@ class RemotePrefillStats:
 
 
 class RemotePrefill:
-    def __init__(self, transfer: KVTransfer, prefill_targets: Callable[[], list[str]],
-                 config: RemotePrefillConfig = RemotePrefillConfig()) -> None:
+    def __init__(
+        self,
+        transfer: KVTransfer,
+        prefill_targets: Callable[[], list[str]],
+        config: RemotePrefillConfig = RemotePrefillConfig(),
+    ) -> None:
         self._transfer = transfer
         self._targets = prefill_targets  # addresses of the model's prefill replicas, e.g. from WatchLoc
         self._config = config
@@ -59,8 +63,9 @@ class RemotePrefill:
         targets = list(dict.fromkeys(self._targets()))
         return sorted(targets, key=lambda t: self._in_flight.get(t, 0))[: self._config.max_attempts]
 
-    async def fetch_blocks(self, engine, model_key: str, prompt_token_ids: tuple[int, ...],
-                           block_size: int) -> KVBlocks | None:
+    async def fetch_blocks(
+        self, engine, model_key: str, prompt_token_ids: tuple[int, ...], block_size: int
+    ) -> KVBlocks | None:
         """The prompt's missing blocks from a prefill replica, or None: prefill locally."""
         num_full = len(prompt_token_ids) // block_size
         held = engine.held_prefix_blocks(prompt_token_ids)
@@ -70,8 +75,7 @@ class RemotePrefill:
         for attempt, target in enumerate(self._ranked()):
             self._in_flight[target] = self._in_flight.get(target, 0) + 1
             try:
-                blocks = await self._transfer.fetch(target, model_key, prompt_token_ids, held,
-                                                    self._config.timeout_s)
+                blocks = await self._transfer.fetch(target, model_key, prompt_token_ids, held, self._config.timeout_s)
                 self.stats.remote += 1
                 return blocks
             except (TransferError, OverloadedError, EngineUnavailableError) as exc:
@@ -82,8 +86,9 @@ class RemotePrefill:
         self.stats.local_fallbacks += 1
         return None
 
-    async def generate(self, engine, model_key: str, request: GenerateRequest,
-                       block_size: int) -> AsyncIterator[RequestOutput]:
+    async def generate(
+        self, engine, model_key: str, request: GenerateRequest, block_size: int
+    ) -> AsyncIterator[RequestOutput]:
         blocks = await self.fetch_blocks(engine, model_key, request.prompt_token_ids, block_size)
         async for output in engine.generate(request, incoming_kv=blocks):
             yield output

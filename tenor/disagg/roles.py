@@ -40,8 +40,14 @@ class DecodeRole:
         self._config = config
         self.remotes: dict[str, RemotePrefill] = {}
 
-    def wrap(self, model_key: str, engine, targets: Callable[[], Sequence[str]], strict: bool = True,
-             on_stop: Callable[[], None] | None = None):
+    def wrap(
+        self,
+        model_key: str,
+        engine,
+        targets: Callable[[], Sequence[str]],
+        strict: bool = True,
+        on_stop: Callable[[], None] | None = None,
+    ):
         """`engine` as a decode replica prefilling on `targets()`. An engine that cannot take KV
         blocks (a mock) is refused when `strict` (the admin asked for a decode replica), else
         returned as it is and prefills locally."""

@@ -41,6 +41,8 @@ Dial = Callable[[str, Seq[tuple[str, object]]], grpc.Channel]
 
 def _dial_insecure(target: str, options: Seq[tuple[str, object]]) -> grpc.Channel:
     return grpc.insecure_channel(target, options=options)
+
+
 # A test hook: rewrites the chunk stream (corrupt, truncate, stall) on the side it is given to.
 ChunkFault = Callable[[Iterator[pb.KVChunk]], Iterator[pb.KVChunk]]
 
@@ -76,8 +78,9 @@ class KVTransfer(abc.ABC):
     """Asks the prefill replica at `target` to prefill a prompt; returns its KV blocks."""
 
     @abc.abstractmethod
-    async def fetch(self, target: str, model_key: str, prompt_token_ids: Seq[int], skip_blocks: int,
-                    timeout_s: float) -> KVBlocks:
+    async def fetch(
+        self, target: str, model_key: str, prompt_token_ids: Seq[int], skip_blocks: int, timeout_s: float
+    ) -> KVBlocks:
         """Raises TransferError (retry elsewhere) or OverloadedError/EngineUnavailableError."""
 
     async def close(self) -> None:
@@ -85,8 +88,13 @@ class KVTransfer(abc.ABC):
 
 
 class GrpcKVTransfer(KVTransfer):
-    def __init__(self, max_bytes: int = DEFAULT_MAX_TRANSFER_BYTES, workers: int = 2,
-                 fault: ChunkFault | None = None, dial: Dial = _dial_insecure) -> None:
+    def __init__(
+        self,
+        max_bytes: int = DEFAULT_MAX_TRANSFER_BYTES,
+        workers: int = 2,
+        fault: ChunkFault | None = None,
+        dial: Dial = _dial_insecure,
+    ) -> None:
         self._max_bytes = max_bytes
         self._dial = dial  # a model server passes its CellAccess.channel: the cell token and TLS
         self._fault = fault
@@ -102,10 +110,12 @@ class GrpcKVTransfer(KVTransfer):
                 channel = self._channels[target] = self._dial(target, _CHANNEL_OPTIONS)
         return pb_grpc.KVTransferStub(channel)
 
-    async def fetch(self, target: str, model_key: str, prompt_token_ids: Seq[int], skip_blocks: int,
-                    timeout_s: float) -> KVBlocks:
-        request = pb.PrefillRequest(model_key=model_key, prompt_token_ids=list(prompt_token_ids),
-                                    skip_blocks=skip_blocks)
+    async def fetch(
+        self, target: str, model_key: str, prompt_token_ids: Seq[int], skip_blocks: int, timeout_s: float
+    ) -> KVBlocks:
+        request = pb.PrefillRequest(
+            model_key=model_key, prompt_token_ids=list(prompt_token_ids), skip_blocks=skip_blocks
+        )
         loop = asyncio.get_running_loop()
         call_box: list = []
         future = loop.run_in_executor(self._pool, self._fetch_sync, target, request, timeout_s, call_box)
@@ -167,8 +177,9 @@ class KVTransferService(pb_grpc.KVTransferServicer):
 
     async def Prefill(self, request: pb.PrefillRequest, context: grpc.aio.ServicerContext):
         if request.skip_blocks < 0:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"skip_blocks must be >= 0, got {request.skip_blocks}")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"skip_blocks must be >= 0, got {request.skip_blocks}"
+            )
         try:
             engine = self._models.ready(request.model_key).engine
             if not hasattr(engine, "prefill_export"):

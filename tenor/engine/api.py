@@ -161,8 +161,7 @@ class RuntimeInfo:
         from tenor.hardware import WEIGHT_LABELS
 
         weights = WEIGHT_LABELS.get(self.weights, self.weights)
-        return (f"{self.cpu} ({self.isa}), {self.threads} threads: {self.dtype} activations, {weights}; "
-                f"{self.reason}")
+        return f"{self.cpu} ({self.isa}), {self.threads} threads: {self.dtype} activations, {weights}; {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -233,8 +232,9 @@ class Engine(Protocol):
     async def score(self, prefix_token_ids: Sequence[int], suffix_token_ids: Sequence[int]) -> float:
         """log P(suffix | prefix), the sum of the suffix tokens' logprobs."""
 
-    async def token_logprobs(self, prefix_token_ids: Sequence[int],
-                             suffix_token_ids: Sequence[int]) -> tuple[float, ...]:
+    async def token_logprobs(
+        self, prefix_token_ids: Sequence[int], suffix_token_ids: Sequence[int]
+    ) -> tuple[float, ...]:
         """Each suffix token's logprob given everything before it (what `score` sums)."""
 
     def health(self) -> HealthState: ...

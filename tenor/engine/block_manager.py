@@ -61,7 +61,7 @@ class BlockManager:
             return blocks, keys
         parent = ROOT_KEY
         for start in range(0, len(token_ids) - self.block_size + 1, self.block_size):
-            key = block_key(parent, token_ids[start:start + self.block_size])
+            key = block_key(parent, token_ids[start : start + self.block_size])
             block = self._cached.get(key)
             if block is None:
                 break

@@ -36,8 +36,9 @@ def export_prompt_blocks(cache: PagedKVCache, seq: Sequence, skip_blocks: int) -
     return KVBlocks(cache.block_size, first, kv, scales)
 
 
-def import_prompt_blocks(blocks: BlockManager, cache: PagedKVCache, prompt_token_ids: Seq[int],
-                         incoming: KVBlocks) -> list[int]:
+def import_prompt_blocks(
+    blocks: BlockManager, cache: PagedKVCache, prompt_token_ids: Seq[int], incoming: KVBlocks
+) -> list[int]:
     """Places `incoming` in the cache as prefix-cached blocks of the prompt; returns the blocks
     pinned for the request (release them when it retires). Blocks already cached are reused,
     not overwritten. Raises ValueError for blocks that do not belong to this prompt or cache."""
@@ -54,7 +55,7 @@ def import_prompt_blocks(blocks: BlockManager, cache: PagedKVCache, prompt_token
     try:
         parent = ROOT_KEY
         for i in range(end):
-            key = block_key(parent, prompt_token_ids[i * size:(i + 1) * size])
+            key = block_key(parent, prompt_token_ids[i * size : (i + 1) * size])
             parent = key
             held = blocks.lookup(key)
             if held is not None:

@@ -86,8 +86,9 @@ class LLMEngine:
         # two cores made each step twice as slow.
         loop = asyncio.get_running_loop()
         loaded: asyncio.Future = loop.create_future()
-        self._thread = threading.Thread(target=self._run, args=(loop, loaded), daemon=True,
-                                        name=f"tenor-engine-{self.model_name}")
+        self._thread = threading.Thread(
+            target=self._run, args=(loop, loaded), daemon=True, name=f"tenor-engine-{self.model_name}"
+        )
         self._thread.start()
         await loaded
         if self._options.warmup:
@@ -101,16 +102,19 @@ class LLMEngine:
     def _setup(self, loaded: LoadedModel, threads: int) -> None:
         cfg = loaded.config
         cpu, precision = cpu_info(), loaded.precision
-        self._runtime = RuntimeInfo(cpu.model_name, cpu.isa, threads, precision.dtype, precision.weights,
-                                    precision.reason)
+        self._runtime = RuntimeInfo(
+            cpu.model_name, cpu.isa, threads, precision.dtype, precision.weights, precision.reason
+        )
         self.tokenizer = loaded.tokenizer
         self._vocab_size = cfg.vocab_size
         self._eos = tuple(sorted(set(cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids)))
         kv_heads = loaded.cache_kv_heads or cfg.num_kv_heads  # a group rank caches only its heads
-        per_slot = kv_bytes_per_token(cfg, str(loaded.dtype), self._options.quantize_kv_cache) \
-            // cfg.num_kv_heads * kv_heads  # linear in the KV heads
+        per_slot = (
+            kv_bytes_per_token(cfg, str(loaded.dtype), self._options.quantize_kv_cache) // cfg.num_kv_heads * kv_heads
+        )  # linear in the KV heads
         budget = self._options.kv_cache_bytes or default_kv_cache_bytes(
-            self.servable.max_batch_size, self.servable.max_target_length, per_slot)
+            self.servable.max_batch_size, self.servable.max_target_length, per_slot
+        )
         num_blocks = max(budget // (per_slot * BLOCK_SIZE), 1)
         if num_blocks * BLOCK_SIZE < self.servable.max_target_length:
             raise ValueError(
@@ -118,8 +122,15 @@ class LLMEngine:
                 f"max_target_length ({self.servable.max_target_length})"
             )
         self.kv_cache_bytes = num_blocks * BLOCK_SIZE * per_slot
-        cache = PagedKVCache(cfg.num_layers, num_blocks, BLOCK_SIZE, kv_heads, cfg.head_dim,
-                             loaded.dtype, quantized=self._options.quantize_kv_cache)
+        cache = PagedKVCache(
+            cfg.num_layers,
+            num_blocks,
+            BLOCK_SIZE,
+            kv_heads,
+            cfg.head_dim,
+            loaded.dtype,
+            quantized=self._options.quantize_kv_cache,
+        )
         self._group = loaded.group
         if self._group is not None:
             self._group.allocate_cache(num_blocks, BLOCK_SIZE, self._options.quantize_kv_cache)
@@ -185,8 +196,9 @@ class LLMEngine:
         if check:
             self._admit_check(len(request.prompt_token_ids), request.sampling)
             self._check_token_ids(request.prompt_token_ids)
-        state = RequestState(request, asyncio.get_running_loop(), self.tokenizer, self._eos,
-                             self.limits.max_target_length)
+        state = RequestState(
+            request, asyncio.get_running_loop(), self.tokenizer, self._eos, self.limits.max_target_length
+        )
         state.incoming_kv = incoming_kv
         self._enqueue(state)
         return self._stream(state)
@@ -211,10 +223,12 @@ class LLMEngine:
         KVBlocks); the blocks stay pinned by the request until copied out, then are freed."""
         self._admit_check(len(prompt_token_ids), SamplingParams(max_tokens=1))
         self._check_token_ids(prompt_token_ids)
-        request = GenerateRequest(f"prefill-{next(_request_ids)}", tuple(prompt_token_ids),
-                                  SamplingParams(max_tokens=1, ignore_eos=True))
-        state = RequestState(request, asyncio.get_running_loop(), self.tokenizer, self._eos,
-                             self.limits.max_target_length)
+        request = GenerateRequest(
+            f"prefill-{next(_request_ids)}", tuple(prompt_token_ids), SamplingParams(max_tokens=1, ignore_eos=True)
+        )
+        state = RequestState(
+            request, asyncio.get_running_loop(), self.tokenizer, self._eos, self.limits.max_target_length
+        )
         state.export_skip_blocks = skip_blocks
         self._enqueue(state)
         async for _ in self._stream(state):
@@ -283,10 +297,17 @@ class LLMEngine:
         total = len(prefix) + len(suffix_token_ids)
         self._admit_check(min(total, self.limits.max_prefill_predict_length), SamplingParams(max_tokens=1))
         self.limits.check_score(len(prefix), len(suffix_token_ids))
-        request = GenerateRequest(f"score-{next(_request_ids)}", tuple(prefix) + tuple(suffix_token_ids),
-                                  SamplingParams(max_tokens=1))
-        state = RequestState(request, asyncio.get_running_loop(), self.tokenizer, self._eos,
-                             self.limits.max_target_length, score_from=len(prefix))
+        request = GenerateRequest(
+            f"score-{next(_request_ids)}", tuple(prefix) + tuple(suffix_token_ids), SamplingParams(max_tokens=1)
+        )
+        state = RequestState(
+            request,
+            asyncio.get_running_loop(),
+            self.tokenizer,
+            self._eos,
+            self.limits.max_target_length,
+            score_from=len(prefix),
+        )
         self._enqueue(state)
         async for _ in self._stream(state):
             pass
@@ -366,8 +387,11 @@ class LLMEngine:
                 state.finish_score(seq)
         if sample_seqs:
             states = [self._requests[seq.request_id] for seq in sample_seqs]
-            picks = sample(out.logits[sample_rows], [seq.sampling for seq in sample_seqs],
-                           [st.generator(seq) for st, seq in zip(states, sample_seqs)])
+            picks = sample(
+                out.logits[sample_rows],
+                [seq.sampling for seq in sample_seqs],
+                [st.generator(seq) for st, seq in zip(states, sample_seqs)],
+            )
             for state, seq, pick in zip(states, sample_seqs, picks):
                 self._generated_tokens += 1
                 if state.add_token(seq, pick):
@@ -392,8 +416,9 @@ class LLMEngine:
         incoming, state.incoming_kv = state.incoming_kv, None
         assert incoming is not None  # the caller checks
         try:
-            state.pinned_blocks = import_prompt_blocks(self._blocks, self._runner.cache,
-                                                       state.request.prompt_token_ids, incoming)
+            state.pinned_blocks = import_prompt_blocks(
+                self._blocks, self._runner.cache, state.request.prompt_token_ids, incoming
+            )
         except ValueError as exc:  # unusable blocks: compute the prompt here instead
             log.warning("discarding received KV blocks: %s", exc)
 

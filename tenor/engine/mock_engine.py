@@ -99,8 +99,9 @@ class MockEngine:
     async def score(self, prefix_token_ids: Sequence[int], suffix_token_ids: Sequence[int]) -> float:
         return float(sum(await self.token_logprobs(prefix_token_ids, suffix_token_ids)))
 
-    async def token_logprobs(self, prefix_token_ids: Sequence[int],
-                             suffix_token_ids: Sequence[int]) -> tuple[float, ...]:
+    async def token_logprobs(
+        self, prefix_token_ids: Sequence[int], suffix_token_ids: Sequence[int]
+    ) -> tuple[float, ...]:
         self._check_ready()
         return (SCORE_LOGPROB,) * len(suffix_token_ids)
 
@@ -146,8 +147,11 @@ class MockEngine:
         for step in range(sampling.max_tokens):
             await asyncio.sleep(self._step_delay_s)
             if self._abort_all:
-                deltas = [SampleDelta(i, (), "", TOKEN_LOGPROB * step, (), FinishReason.ABORT)
-                          for i in range(sampling.n) if not finished[i]]
+                deltas = [
+                    SampleDelta(i, (), "", TOKEN_LOGPROB * step, (), FinishReason.ABORT)
+                    for i in range(sampling.n)
+                    if not finished[i]
+                ]
                 yield RequestOutput(request.request_id, tuple(deltas), len(request.prompt_token_ids), True)
                 return
             deltas = []

@@ -76,8 +76,15 @@ def _load_group_leader(servable: ServableConfig, path: str | None, leader, preci
     # The leader decides the precision; workers build their shards with the same.
     ranked = leader.load(servable, path, precision.dtype, precision.weights)
     tokenizer_path = Path(ranked.tokenizer_path) if ranked.tokenizer_path is not None else None
-    return LoadedModel(ranked.model, ranked.config, _load_tokenizer(servable, tokenizer_path), ranked.dtype,
-                       precision, group=leader, cache_kv_heads=leader.local_kv_heads)
+    return LoadedModel(
+        ranked.model,
+        ranked.config,
+        _load_tokenizer(servable, tokenizer_path),
+        ranked.dtype,
+        precision,
+        group=leader,
+        cache_kv_heads=leader.local_kv_heads,
+    )
 
 
 def _load_tokenizer(servable: ServableConfig, path: Path | None) -> Tokenizer:

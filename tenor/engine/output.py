@@ -15,8 +15,9 @@ class TextDelta:
 
 
 class SampleText:
-    def __init__(self, tokenizer: Tokenizer, sampling: SamplingParams, eos_token_ids: tuple[int, ...],
-                 max_target_length: int) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, sampling: SamplingParams, eos_token_ids: tuple[int, ...], max_target_length: int
+    ) -> None:
         from tenor.tokenizer import IncrementalDetokenizer
 
         self._detok = IncrementalDetokenizer(tokenizer)
@@ -45,7 +46,7 @@ class SampleText:
             return TextDelta(text + self._detok.flush(), FinishReason.LENGTH)
         if self._hold:
             keep = _stop_prefix_length(text, self._sampling.stop, self._hold)
-            self._held = text[len(text) - keep:] if keep else ""
+            self._held = text[len(text) - keep :] if keep else ""
             text = text[: len(text) - keep]
         return TextDelta(text, None)
 

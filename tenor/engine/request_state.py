@@ -22,8 +22,15 @@ _keys = itertools.count()
 
 
 class RequestState:
-    def __init__(self, request: GenerateRequest, loop: asyncio.AbstractEventLoop, tokenizer: Tokenizer,
-                 eos_token_ids: tuple[int, ...], max_target_length: int, score_from: int | None = None) -> None:
+    def __init__(
+        self,
+        request: GenerateRequest,
+        loop: asyncio.AbstractEventLoop,
+        tokenizer: Tokenizer,
+        eos_token_ids: tuple[int, ...],
+        max_target_length: int,
+        score_from: int | None = None,
+    ) -> None:
         self.request = request
         self.key = f"r{next(_keys)}"  # unique inside the engine, whatever ids callers send
         self.loop = loop
@@ -33,8 +40,9 @@ class RequestState:
         n = 1 if score_from is not None else request.sampling.n
         now = time.monotonic()
         prompt = list(request.prompt_token_ids)
-        self.seqs = [Sequence(self.key, i, list(prompt), len(prompt), request.sampling, now, score_from)
-                     for i in range(n)]
+        self.seqs = [
+            Sequence(self.key, i, list(prompt), len(prompt), request.sampling, now, score_from) for i in range(n)
+        ]
         self._texts = [SampleText(tokenizer, request.sampling, eos_token_ids, max_target_length) for _ in range(n)]
         self._generators = [make_generator(request.sampling, i) for i in range(n)]
         self._done = [False] * n
@@ -63,8 +71,9 @@ class RequestState:
         logprobs: tuple[TokenLogprob, ...] = ()
         if self.request.sampling.logprobs is not None:
             logprobs = (TokenLogprob(pick.token_id, pick.logprob, pick.top),)
-        self._pending.append(SampleDelta(i, (pick.token_id,), delta.text, seq.cumulative_logprob, logprobs,
-                                         delta.finish_reason))
+        self._pending.append(
+            SampleDelta(i, (pick.token_id,), delta.text, seq.cumulative_logprob, logprobs, delta.finish_reason)
+        )
         self._done[i] = delta.finish_reason is not None
         return self._done[i]
 
@@ -78,16 +87,18 @@ class RequestState:
         for i, done in enumerate(self._done):
             if not done:
                 delta = self._texts[i].abort()
-                self._pending.append(SampleDelta(i, (), delta.text, self.seqs[i].cumulative_logprob, (),
-                                                 FinishReason.ABORT))
+                self._pending.append(
+                    SampleDelta(i, (), delta.text, self.seqs[i].cumulative_logprob, (), FinishReason.ABORT)
+                )
                 self._done[i] = True
         self.flush()
 
     def flush(self) -> None:
         if not self._pending:
             return
-        output = RequestOutput(self.request.request_id, tuple(self._pending), len(self.request.prompt_token_ids),
-                               self.finished)
+        output = RequestOutput(
+            self.request.request_id, tuple(self._pending), len(self.request.prompt_token_ids), self.finished
+        )
         self._pending = []
         self._post(output)
 

@@ -62,8 +62,9 @@ class ModelRunner:
                 context = self._context_slots(chunk.seq.block_table, chunk.start + chunk.length)
             batch.prefills.append(PrefillSpan(offset, chunk.length, chunk.start, context))
             offset += chunk.length
-        logits = self.model(torch.tensor(ids), torch.tensor(positions), self.cache, batch,
-                            torch.tensor(logits_rows, dtype=torch.long))
+        logits = self.model(
+            torch.tensor(ids), torch.tensor(positions), self.cache, batch, torch.tensor(logits_rows, dtype=torch.long)
+        )
         return StepOutput(logits, rows)
 
     def _slot(self, block_table: list[int], position: int) -> int:

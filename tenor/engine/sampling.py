@@ -36,16 +36,18 @@ def make_generator(params: SamplingParams, sample_index: int) -> torch.Generator
     return gen
 
 
-def sample(logits: torch.Tensor, params: Sequence[SamplingParams],
-           generators: Sequence[torch.Generator | None]) -> list[SampledToken]:
+def sample(
+    logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator | None]
+) -> list[SampledToken]:
     """logits: [B, V] float32, one row per sequence."""
     logprobs = torch.log_softmax(logits, dim=-1)
     chosen = logits.argmax(dim=-1)
     sampled_rows = [i for i, p in enumerate(params) if not p.greedy]
     if sampled_rows:
         rows = torch.tensor(sampled_rows)
-        picks = _sample_rows(logits.index_select(0, rows), [params[i] for i in sampled_rows],
-                             [generators[i] for i in sampled_rows])
+        picks = _sample_rows(
+            logits.index_select(0, rows), [params[i] for i in sampled_rows], [generators[i] for i in sampled_rows]
+        )
         chosen = chosen.index_copy(0, rows, picks)
     chosen_logprobs = logprobs.gather(1, chosen[:, None])[:, 0].tolist()
     chosen_ids = chosen.tolist()
@@ -59,8 +61,9 @@ def sample(logits: torch.Tensor, params: Sequence[SamplingParams],
     return out
 
 
-def _sample_rows(logits: torch.Tensor, params: Sequence[SamplingParams],
-                 generators: Sequence[torch.Generator | None]) -> torch.Tensor:
+def _sample_rows(
+    logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator | None]
+) -> torch.Tensor:
     temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype)
     scaled = logits / temps[:, None]
     top_ks = [p.top_k for p in params]

@@ -167,7 +167,7 @@ class Scheduler:
         while len(seq.block_keys) < seq.num_computed // size:
             i = len(seq.block_keys)
             parent = seq.block_keys[-1] if seq.block_keys else ROOT_KEY
-            key = block_key(parent, seq.token_ids[i * size:(i + 1) * size])
+            key = block_key(parent, seq.token_ids[i * size : (i + 1) * size])
             seq.block_keys.append(key)
             self.blocks.register(seq.block_table[i], key)
 

@@ -55,9 +55,7 @@ class RopeScaling:
 
     def __post_init__(self) -> None:
         if self.rope_type not in ("llama3", "linear"):
-            raise ValueError(
-                f"unsupported rope_scaling type {self.rope_type!r}; tenor supports 'llama3' and 'linear'"
-            )
+            raise ValueError(f"unsupported rope_scaling type {self.rope_type!r}; tenor supports 'llama3' and 'linear'")
         if self.factor <= 0:
             raise ValueError(f"rope_scaling.factor must be > 0, got {self.factor}")
 
@@ -84,15 +82,21 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.arch not in ARCHITECTURES:
             raise ValueError(f"unknown architecture {self.arch!r}; tenor supports {', '.join(ARCHITECTURES)}")
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
-                     "num_kv_heads", "head_dim", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "max_position_embeddings",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"model config {name} must be a positive integer, got {value!r}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
-            )
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
         if self.arch == "gptj":
             if self.num_kv_heads != self.num_heads:
                 raise ValueError("GPT-J has no grouped-query attention: num_kv_heads must equal num_heads")

@@ -22,8 +22,14 @@ class DecoderLM(nn.Module):
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
-                batch: AttentionBatch, logits_rows: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        cache: PagedKVCache,
+        batch: AttentionBatch,
+        logits_rows: torch.Tensor,
+    ) -> torch.Tensor:
         """Runs the step's tokens [T]; returns float32 logits [R, V] for the rows in `logits_rows`."""
         x = F.embedding(input_ids, self.embed)
         cos, sin = self.rotary.tables(positions)

@@ -27,14 +27,21 @@ class GPTJBlock(nn.Module):
         self.fc_in = ParallelLinear(d, config.intermediate_size, bias=True, parallel="column")
         self.fc_out = ParallelLinear(config.intermediate_size, d, bias=True, parallel="row")
 
-    def forward(self, x: torch.Tensor, rotary: Rotary, cos: torch.Tensor, sin: torch.Tensor,
-                cache: PagedKVCache, batch: AttentionBatch) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        rotary: Rotary,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: PagedKVCache,
+        batch: AttentionBatch,
+    ) -> torch.Tensor:
         c = self.config
         h = F.layer_norm(x, (c.hidden_size,), self.ln_weight, self.ln_bias, c.norm_eps)
         t = h.shape[0]
         qkv = self.qkv(h).view(t, 3 * c.num_heads, c.head_dim)
         qk = rotary.apply(qkv[:, : 2 * c.num_heads], cos, sin)
-        q, k, v = qk[:, : c.num_heads], qk[:, c.num_heads:], qkv[:, 2 * c.num_heads:]
+        q, k, v = qk[:, : c.num_heads], qk[:, c.num_heads :], qkv[:, 2 * c.num_heads :]
         attn = self.o(paged_attention(q, k, v, cache, self.index, batch).reshape(t, c.q_size))
         mlp = self.fc_out(F.gelu(self.fc_in(h), approximate="tanh"))
         return x + attn + mlp
@@ -50,11 +57,11 @@ class GPTJModel(DecoderLM):
         self.ln_f_bias = nn.Parameter(torch.zeros(config.hidden_size), requires_grad=False)
         self.lm_head = ParallelLinear(config.hidden_size, config.vocab_size, bias=True, parallel="column")
         assert config.rotary_dim is not None  # validated by ModelConfig
-        self.rotary = Rotary(config.rotary_dim, config.max_position_embeddings, config.rope_theta,
-                             None, interleaved=True)
+        self.rotary = Rotary(
+            config.rotary_dim, config.max_position_embeddings, config.rope_theta, None, interleaved=True
+        )
 
-    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                     weight_format: str = "dense") -> None:
+    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype, weight_format: str = "dense") -> None:
         c = self.config
         take = WeightTaker(weights, weight_format)
         d = (c.hidden_size,)

@@ -75,8 +75,9 @@ class Fp16Kernel(LinearKernel):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         self.out_features = weight.shape[0]
         self._bytes = weight.numel() * 2 + _nbytes(bias)
-        self.packed = torch.ops.quantized.linear_prepack_fp16(weight.float().contiguous(),
-                                                              None if bias is None else bias.float())
+        self.packed = torch.ops.quantized.linear_prepack_fp16(
+            weight.float().contiguous(), None if bias is None else bias.float()
+        )
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 2:
@@ -107,8 +108,9 @@ class Int8BlockKernel(Fp16Kernel):
         rows = x.numel() // x.shape[-1]
         if rows > native.INT8_MAX_ROWS:
             return super().__call__(x)
-        flat = native.i8_block_linear(x.reshape(rows, x.shape[-1]).contiguous(), self.q, self.scales,
-                                      self.offsets, self.bias)
+        flat = native.i8_block_linear(
+            x.reshape(rows, x.shape[-1]).contiguous(), self.q, self.scales, self.offsets, self.bias
+        )
         return flat.view(*x.shape[:-1], self.out_features)
 
     def nbytes(self) -> int:
@@ -152,8 +154,13 @@ def onednn_pack(weight: torch.Tensor) -> torch.Tensor | None:
         return None
 
 
-def make_kernel(weight: torch.Tensor, dtype: torch.dtype, weight_format: str = "dense",
-                scale: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> LinearKernel:
+def make_kernel(
+    weight: torch.Tensor,
+    dtype: torch.dtype,
+    weight_format: str = "dense",
+    scale: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> LinearKernel:
     """The kernel for `weight` [out, in] serving activations of `dtype`."""
     if weight_format not in WEIGHT_FORMATS:
         raise ValueError(f"weight format must be one of {', '.join(WEIGHT_FORMATS)}, got {weight_format!r}")

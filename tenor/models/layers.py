@@ -28,8 +28,7 @@ class ParallelLinear(nn.Module):
     (`tenor.models.kernels`): float, float16 for FBGEMM, or int8 with per-row scales.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, parallel: str = "column",
-                 reduce=None) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool, parallel: str = "column", reduce=None) -> None:
         super().__init__()
         if parallel not in ("column", "row"):
             raise ValueError(f"parallel must be 'column' or 'row', got {parallel!r}")
@@ -38,8 +37,14 @@ class ParallelLinear(nn.Module):
         self.kernel: LinearKernel | None = None
         self._reduce = reduce
 
-    def load(self, weight: torch.Tensor, dtype: torch.dtype, scale: torch.Tensor | None = None,
-             bias: torch.Tensor | None = None, weight_format: str = "dense") -> None:
+    def load(
+        self,
+        weight: torch.Tensor,
+        dtype: torch.dtype,
+        scale: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        weight_format: str = "dense",
+    ) -> None:
         if tuple(weight.shape) != (self.out_features, self.in_features):
             raise ValueError(
                 f"weight shape {tuple(weight.shape)} does not match ({self.out_features}, {self.in_features})"
@@ -90,8 +95,9 @@ class Rotary(nn.Module):
     cos: torch.Tensor  # registered buffers: [max_positions, rot_dim]
     sin: torch.Tensor
 
-    def __init__(self, rot_dim: int, max_positions: int, theta: float, scaling: RopeScaling | None,
-                 interleaved: bool) -> None:
+    def __init__(
+        self, rot_dim: int, max_positions: int, theta: float, scaling: RopeScaling | None, interleaved: bool
+    ) -> None:
         super().__init__()
         self.rot_dim = rot_dim
         self.interleaved = interleaved
@@ -124,7 +130,7 @@ class Rotary(nn.Module):
         """x: [T, heads, E]; rotates the first rot_dim dims of every head."""
         if self.rot_dim == x.shape[-1]:
             return x * cos + self._swap(x) * sin
-        rot, rest = x[..., : self.rot_dim], x[..., self.rot_dim:]
+        rot, rest = x[..., : self.rot_dim], x[..., self.rot_dim :]
         return torch.cat([rot * cos + self._swap(rot) * sin, rest], dim=-1)
 
 
@@ -164,8 +170,16 @@ class PagedKVCache:
     k/v are int8 with one float scale per (kv head, slot), half the bytes of bf16.
     """
 
-    def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, quantized: bool = False) -> None:
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        quantized: bool = False,
+    ) -> None:
         self.num_blocks, self.block_size, self.quantized, self.dtype = num_blocks, block_size, quantized, dtype
         self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
         slots = num_blocks * block_size
@@ -229,8 +243,10 @@ class PagedKVCache:
         """Writes blocks made by another cache's `export_blocks` into `blocks` of this one."""
         want = self._block_view(self.kv).shape[:3] + (len(blocks),) + (self.block_size, self.head_dim)
         if tuple(kv.shape) != tuple(want) or kv.dtype != self.kv.dtype:
-            raise ValueError(f"KV blocks of shape {tuple(kv.shape)} {kv.dtype} do not fit this cache "
-                             f"(want {tuple(want)} {self.kv.dtype})")
+            raise ValueError(
+                f"KV blocks of shape {tuple(kv.shape)} {kv.dtype} do not fit this cache "
+                f"(want {tuple(want)} {self.kv.dtype})"
+            )
         if self.quantized != (scales is not None):
             raise ValueError("int8 KV blocks need their scales, and only int8 blocks have scales")
         if scales is not None and (tuple(scales.shape) != tuple(want[:-1]) + (1,) or scales.dtype != self.dtype):
@@ -254,9 +270,17 @@ def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: At
     if batch.native and q.dtype == torch.float32 and batch.decode_lengths is not None:
         # Reads the blocks in place: no gathered copy of every context.
         scales = (cache.scales[layer, 0], cache.scales[layer, 1]) if cache.scales is not None else (None, None)
-        return native.paged_decode_attention(q, cache.kv[layer, 0], cache.kv[layer, 1], batch.decode_blocks,
-                                             batch.decode_lengths, cache.block_size, batch.decode_span,
-                                             cache.native_scratch, *scales)
+        return native.paged_decode_attention(
+            q,
+            cache.kv[layer, 0],
+            cache.kv[layer, 1],
+            batch.decode_blocks,
+            batch.decode_lengths,
+            cache.block_size,
+            batch.decode_span,
+            cache.native_scratch,
+            *scales,
+        )
     nd, num_heads, dim = q.shape
     num_kv = cache.num_kv_heads
     group = num_heads // num_kv
@@ -275,13 +299,20 @@ def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: At
     elif batch.decode_span < k.shape[1]:
         # Every row's context ends at the same slot: mask the tail in the small scores tensor
         # (slicing k and v instead would make bmm copy them).
-        scores[:, :, batch.decode_span:] = float("-inf")
+        scores[:, :, batch.decode_span :] = float("-inf")
     out = torch.bmm(scores.softmax(dim=-1).to(v.dtype), v)  # [K * B, G, E]
     return out.view(num_kv, nd, group, dim).transpose(0, 1).reshape(nd, num_heads, dim)
 
 
-def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: PagedKVCache, layer: int,
-                    batch: AttentionBatch, written: bool = False) -> torch.Tensor:
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cache: PagedKVCache,
+    layer: int,
+    batch: AttentionBatch,
+    written: bool = False,
+) -> torch.Tensor:
     """q: [T, H, E], k/v: [T, K, E] for the step's new tokens -> attention output [T, H, E].
 
     Writes the new k/v into the cache (unless `written`: a fused kernel did), then attends each
@@ -309,7 +340,8 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: Pa
             mask = torch.ones(span.length, total, dtype=torch.bool).tril(diagonal=span.num_cached)
             causal = False
         # 4-D inputs: with 3-D ones torch's CPU dispatch falls back to the 2-3x slower math kernel.
-        op = F.scaled_dot_product_attention(qp[None], kp[None], vp[None], attn_mask=mask, is_causal=causal,
-                                            scale=scale, enable_gqa=True)
+        op = F.scaled_dot_product_attention(
+            qp[None], kp[None], vp[None], attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=True
+        )
         out[rows] = op[0].transpose(0, 1)
     return out

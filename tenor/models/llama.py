@@ -27,25 +27,40 @@ class LlamaBlock(nn.Module):
         self.gate_up = ParallelLinear(d, 2 * config.intermediate_size, bias=False, parallel="column")
         self.down = ParallelLinear(config.intermediate_size, d, bias=False, parallel="row")
 
-    def forward(self, x: torch.Tensor, rotary: Rotary, cos: torch.Tensor, sin: torch.Tensor,
-                cache: PagedKVCache, batch: AttentionBatch) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        rotary: Rotary,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: PagedKVCache,
+        batch: AttentionBatch,
+    ) -> torch.Tensor:
         c = self.config
         h = rms_norm(x, self.attn_norm, c.norm_eps, batch.native)
         qkv = self.qkv(h)
         t = qkv.shape[0]
         if batch.native and qkv.dtype == torch.float32 and not cache.quantized and rotary.rot_dim == c.head_dim:
             # One pass: rotate q and k in place, write k and v to the cache.
-            native.rotary_kv_write(qkv, cos, sin, cache.kv[self.index, 0], cache.kv[self.index, 1],
-                                   batch.slot_mapping, c.num_heads, c.num_kv_heads)
+            native.rotary_kv_write(
+                qkv,
+                cos,
+                sin,
+                cache.kv[self.index, 0],
+                cache.kv[self.index, 1],
+                batch.slot_mapping,
+                c.num_heads,
+                c.num_kv_heads,
+            )
             q = qkv[:, : c.q_size].view(t, c.num_heads, c.head_dim)
-            k = qkv[:, c.q_size: c.q_size + c.kv_size].view(t, c.num_kv_heads, c.head_dim)
-            v = qkv[:, c.q_size + c.kv_size:].view(t, c.num_kv_heads, c.head_dim)
+            k = qkv[:, c.q_size : c.q_size + c.kv_size].view(t, c.num_kv_heads, c.head_dim)
+            v = qkv[:, c.q_size + c.kv_size :].view(t, c.num_kv_heads, c.head_dim)
             attn = paged_attention(q, k, v, cache, self.index, batch, written=True)
         else:
             # q and k rotate together: one rotary call over [T, H + K, E].
             qk = rotary.apply(qkv[:, : c.q_size + c.kv_size].view(t, -1, c.head_dim), cos, sin)
-            q, k = qk[:, : c.num_heads], qk[:, c.num_heads:]
-            v = qkv[:, c.q_size + c.kv_size:].view(t, c.num_kv_heads, c.head_dim)
+            q, k = qk[:, : c.num_heads], qk[:, c.num_heads :]
+            v = qkv[:, c.q_size + c.kv_size :].view(t, c.num_kv_heads, c.head_dim)
             attn = paged_attention(q, k, v, cache, self.index, batch)
         x = x + self.o(attn.reshape(t, c.q_size))
         h = rms_norm(x, self.mlp_norm, c.norm_eps, batch.native)
@@ -73,12 +88,19 @@ class LlamaModel(DecoderLM):
         self.layers = nn.ModuleList(LlamaBlock(config, i) for i in range(config.num_layers))
         self.norm = nn.Parameter(torch.ones(config.hidden_size), requires_grad=False)
         self.lm_head = ParallelLinear(config.hidden_size, config.vocab_size, bias=False, parallel="column")
-        self.rotary = Rotary(config.head_dim, config.max_position_embeddings, config.rope_theta,
-                             config.rope_scaling, interleaved=False)
+        self.rotary = Rotary(
+            config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling, interleaved=False
+        )
         self._fused_weights: torch.Tensor | None = None  # built on first fused decode step
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
-                batch: AttentionBatch, logits_rows: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        cache: PagedKVCache,
+        batch: AttentionBatch,
+        logits_rows: torch.Tensor,
+    ) -> torch.Tensor:
         layer_weights = self._fused_decode_weights() if self._can_fuse(cache, batch, len(input_ids)) else None
         if layer_weights is None:
             return super().forward(input_ids, positions, cache, batch, logits_rows)
@@ -86,16 +108,35 @@ class LlamaModel(DecoderLM):
         assert batch.decode_blocks is not None and batch.decode_lengths is not None  # _can_fuse checked
         x = F.embedding(input_ids, self.embed)  # a fresh tensor: the layers run in place on it
         cos, sin = self.rotary.tables(positions)
-        native.llama_decode(x, layer_weights, cache.kv, cos, sin, batch.slot_mapping, batch.decode_blocks,
-                            batch.decode_lengths, cache.native_scratch, c.num_heads, c.intermediate_size,
-                            cache.block_size, batch.decode_span, c.norm_eps)
+        native.llama_decode(
+            x,
+            layer_weights,
+            cache.kv,
+            cos,
+            sin,
+            batch.slot_mapping,
+            batch.decode_blocks,
+            batch.decode_lengths,
+            cache.native_scratch,
+            c.num_heads,
+            c.intermediate_size,
+            cache.block_size,
+            batch.decode_span,
+            c.norm_eps,
+        )
         return self.lm_head(self.final_norm(x.index_select(0, logits_rows))).float()
 
     def _can_fuse(self, cache: PagedKVCache, batch: AttentionBatch, num_tokens: int) -> bool:
         """A decode-only step of a few float32 sequences on the native kernels (one process)."""
-        return (batch.native and not batch.prefills and batch.num_decode == num_tokens <= native.INT8_MAX_ROWS
-                and batch.decode_lengths is not None and batch.decode_blocks is not None
-                and not cache.quantized and cache.dtype == torch.float32)
+        return (
+            batch.native
+            and not batch.prefills
+            and batch.num_decode == num_tokens <= native.INT8_MAX_ROWS
+            and batch.decode_lengths is not None
+            and batch.decode_blocks is not None
+            and not cache.quantized
+            and cache.dtype == torch.float32
+        )
 
     def _fused_decode_weights(self) -> torch.Tensor | None:
         """[L, 14] int64 pointers into every layer's weights for native.llama_decode, or None when a
@@ -117,19 +158,21 @@ class LlamaModel(DecoderLM):
             row += [kernel.q.data_ptr(), kernel.scales.data_ptr(), kernel.offsets.data_ptr()]
         return row
 
-    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                     weight_format: str = "dense") -> None:
+    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype, weight_format: str = "dense") -> None:
         c = self.config
         self._fused_weights = None
         take = WeightTaker(weights, weight_format)
-        self.embed = nn.Parameter(take.float("embed.weight", (c.vocab_size, c.hidden_size)).to(dtype),
-                                  requires_grad=False)
+        self.embed = nn.Parameter(
+            take.float("embed.weight", (c.vocab_size, c.hidden_size)).to(dtype), requires_grad=False
+        )
         for i, block in enumerate(self.layers):
             p = f"layers.{i}."
-            block.attn_norm = nn.Parameter(take.float(p + "attn_norm.weight", (c.hidden_size,)).to(dtype),
-                                           requires_grad=False)
-            block.mlp_norm = nn.Parameter(take.float(p + "mlp_norm.weight", (c.hidden_size,)).to(dtype),
-                                          requires_grad=False)
+            block.attn_norm = nn.Parameter(
+                take.float(p + "attn_norm.weight", (c.hidden_size,)).to(dtype), requires_grad=False
+            )
+            block.mlp_norm = nn.Parameter(
+                take.float(p + "mlp_norm.weight", (c.hidden_size,)).to(dtype), requires_grad=False
+            )
             for name in ("attn.qkv", "attn.o", "mlp.gate_up", "mlp.down"):
                 take.linear(getattr(block, name.split(".")[1]), p + name, dtype)
         self.norm = nn.Parameter(take.float("norm.weight", (c.hidden_size,)).to(dtype), requires_grad=False)

@@ -20,8 +20,9 @@ def parse_dtype(name: str) -> torch.dtype:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {name!r}") from None
 
 
-def build_model(config: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                weight_format: str = "dense") -> DecoderLM:
+def build_model(
+    config: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype, weight_format: str = "dense"
+) -> DecoderLM:
     """`weight_format` "fp16" stores linear weights as float16 for FBGEMM (float32 activations),
     "int8" adds int8 blocks for decode-sized batches; both run the fused native kernels where
     they build. "dense" stays on torch's own ops: the reference path."""

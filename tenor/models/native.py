@@ -56,8 +56,9 @@ def build() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         partial = Path(tmp) / target.name
-        done = subprocess.run([compiler, *FLAGS, "-o", str(partial), str(SOURCE), "-lm"],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [compiler, *FLAGS, "-o", str(partial), str(SOURCE), "-lm"], capture_output=True, text=True, timeout=120
+        )
         if done.returncode != 0:
             raise RuntimeError(f"building {SOURCE.name} failed: {done.stderr.strip()[-500:]}")
         os.replace(partial, target)  # atomic: a concurrent build never sees half a file
@@ -81,9 +82,15 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_i8_block_linear_f32.argtypes = [_PTR] * 6 + [_I64] * 4
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 5
     lib.tenor_llama_decode_f32.argtypes = [_PTR] * 9 + [_I64] * 11 + [_F32, _I64]
-    for fn in (lib.tenor_rms_norm_f32, lib.tenor_silu_mul_f32, lib.tenor_paged_decode_attention_f32,
-               lib.tenor_paged_decode_attention_kv8,
-               lib.tenor_i8_block_linear_f32, lib.tenor_rotary_kv_write_f32, lib.tenor_llama_decode_f32):
+    for fn in (
+        lib.tenor_rms_norm_f32,
+        lib.tenor_silu_mul_f32,
+        lib.tenor_paged_decode_attention_f32,
+        lib.tenor_paged_decode_attention_kv8,
+        lib.tenor_i8_block_linear_f32,
+        lib.tenor_rotary_kv_write_f32,
+        lib.tenor_llama_decode_f32,
+    ):
         fn.restype = None
     return lib
 
@@ -117,13 +124,32 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def rotary_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
-                    v_cache: torch.Tensor, slots: torch.Tensor, num_heads: int, num_kv_heads: int) -> None:
+def rotary_kv_write(
+    qkv: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+) -> None:
     """In place: rotates the q and k heads of qkv [T, (H + 2K) * E] (Llama's rotate-half over whole
     heads; cos, sin [T, E] contiguous with the sign in sin) and writes k, v to the cache [K, S, E]."""
     dim = k_cache.shape[2]
-    _built().tenor_rotary_kv_write_f32(_ptr(qkv), _ptr(cos), _ptr(sin), _ptr(k_cache), _ptr(v_cache), _ptr(slots),
-                                        qkv.shape[0], num_heads, num_kv_heads, dim, k_cache.shape[1])
+    _built().tenor_rotary_kv_write_f32(
+        _ptr(qkv),
+        _ptr(cos),
+        _ptr(sin),
+        _ptr(k_cache),
+        _ptr(v_cache),
+        _ptr(slots),
+        qkv.shape[0],
+        num_heads,
+        num_kv_heads,
+        dim,
+        k_cache.shape[1],
+    )
 
 
 class DecodeScratch:
@@ -138,9 +164,18 @@ class DecodeScratch:
         return self.buffer
 
 
-def paged_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor,
-                           lengths: torch.Tensor, block_size: int, max_len: int, scratch: DecodeScratch,
-                           k_scales: torch.Tensor | None = None, v_scales: torch.Tensor | None = None) -> torch.Tensor:
+def paged_decode_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    table: torch.Tensor,
+    lengths: torch.Tensor,
+    block_size: int,
+    max_len: int,
+    scratch: DecodeScratch,
+    k_scales: torch.Tensor | None = None,
+    v_scales: torch.Tensor | None = None,
+) -> torch.Tensor:
     """q [B, H, E]; k, v [K, slots, E] (one layer, contiguous; float32, or int8 with float32
     scales [K, slots, 1]); table [B, N] int64; lengths [B] int64 -> [B, H, E], each sequence
     attending to its first lengths[b] cached tokens."""
@@ -150,14 +185,24 @@ def paged_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ta
     out = torch.empty_like(q)
     threads = torch.get_num_threads()
     buffer = scratch.get(threads * (heads // kv_heads) * max_len)
-    shape = (batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len, dim ** -0.5, threads)
+    shape = (batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len, dim**-0.5, threads)
     if k_scales is None or v_scales is None:
         _built().tenor_paged_decode_attention_f32(
-            _ptr(q), _ptr(k), _ptr(v), _ptr(table), _ptr(lengths), _ptr(out), _ptr(buffer), *shape)
+            _ptr(q), _ptr(k), _ptr(v), _ptr(table), _ptr(lengths), _ptr(out), _ptr(buffer), *shape
+        )
     else:
         _built().tenor_paged_decode_attention_kv8(
-            _ptr(q), _ptr(k), _ptr(v), _ptr(k_scales), _ptr(v_scales), _ptr(table), _ptr(lengths), _ptr(out),
-            _ptr(buffer), *shape)
+            _ptr(q),
+            _ptr(k),
+            _ptr(v),
+            _ptr(k_scales),
+            _ptr(v_scales),
+            _ptr(table),
+            _ptr(lengths),
+            _ptr(out),
+            _ptr(buffer),
+            *shape,
+        )
     return out
 
 
@@ -176,8 +221,10 @@ def quantize_u8_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     blocks = weight.float().reshape(out_features, in_features // INT8_BLOCK, INT8_BLOCK)
     low, high = blocks.amin(dim=-1), blocks.amax(dim=-1)
     absmax = torch.maximum(high, -low)
-    candidates = [(((high - low) / 255.0).clamp(min=1e-12), low),
-                  ((absmax / 127.0).clamp(min=1e-12), -127.0 * (absmax / 127.0).clamp(min=1e-12))]
+    candidates = [
+        (((high - low) / 255.0).clamp(min=1e-12), low),
+        ((absmax / 127.0).clamp(min=1e-12), -127.0 * (absmax / 127.0).clamp(min=1e-12)),
+    ]
     best_q, best_scale, best_min, best_error = None, None, None, None
     for scale, minimum in candidates:
         q = torch.round((blocks - minimum[..., None]) / scale[..., None]).clamp(0, 255)
@@ -191,8 +238,11 @@ def quantize_u8_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
         best_scale, best_min = torch.where(better, scale, best_scale), torch.where(better, minimum, best_min)
         best_error = torch.minimum(error, best_error)
     assert best_q is not None and best_scale is not None and best_min is not None  # candidates is not empty
-    return (best_q.to(torch.uint8).reshape(out_features, in_features).contiguous(), best_scale.contiguous(),
-            best_min.contiguous())
+    return (
+        best_q.to(torch.uint8).reshape(out_features, in_features).contiguous(),
+        best_scale.contiguous(),
+        best_min.contiguous(),
+    )
 
 
 def signed_blocks(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,22 +251,44 @@ def signed_blocks(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> 
     return (q.to(torch.int16) - 128).to(torch.int8), (mins + 128.0 * scales).contiguous()
 
 
-def i8_block_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor,
-                    bias: torch.Tensor | None) -> torch.Tensor:
+def i8_block_linear(
+    x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
     """x [R, IN] float32 contiguous, R <= INT8_MAX_ROWS; weight int8 [OUT, IN] -> [R, OUT]. x is
     quantized to int16 per block of 32 inside the kernel (see tenor_i8_block_linear_f32)."""
     rows, out_features = x.shape[0], weight.shape[0]
     out = torch.empty(rows, out_features)
-    _built().tenor_i8_block_linear_f32(_ptr(x), _ptr(weight), _ptr(scales), _ptr(offsets),
-                                       None if bias is None else _ptr(bias), _ptr(out), rows, x.shape[1],
-                                       out_features, torch.get_num_threads())
+    _built().tenor_i8_block_linear_f32(
+        _ptr(x),
+        _ptr(weight),
+        _ptr(scales),
+        _ptr(offsets),
+        None if bias is None else _ptr(bias),
+        _ptr(out),
+        rows,
+        x.shape[1],
+        out_features,
+        torch.get_num_threads(),
+    )
     return out
 
 
-def llama_decode(x: torch.Tensor, layer_weights: torch.Tensor, kv: torch.Tensor, cos: torch.Tensor,
-                 sin: torch.Tensor, slots: torch.Tensor, table: torch.Tensor, lengths: torch.Tensor,
-                 scratch: DecodeScratch, num_heads: int, intermediate_size: int, block_size: int, max_len: int,
-                 eps: float) -> None:
+def llama_decode(
+    x: torch.Tensor,
+    layer_weights: torch.Tensor,
+    kv: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    slots: torch.Tensor,
+    table: torch.Tensor,
+    lengths: torch.Tensor,
+    scratch: DecodeScratch,
+    num_heads: int,
+    intermediate_size: int,
+    block_size: int,
+    max_len: int,
+    eps: float,
+) -> None:
     """Every Llama layer of a decode step in one call, x [R, D] float32 in place (R <= INT8_MAX_ROWS).
     layer_weights [L, 14] int64: each layer's weight pointers (see tenor_llama_decode_f32); kv the
     whole float32 cache [L, 2, K, slots, E]."""
@@ -225,6 +297,26 @@ def llama_decode(x: torch.Tensor, layer_weights: torch.Tensor, kv: torch.Tensor,
     threads = torch.get_num_threads()
     scores = scratch.get(threads * (num_heads // kv_heads) * max_len)
     _built().tenor_llama_decode_f32(
-        _ptr(x), _ptr(layer_weights), _ptr(kv), _ptr(cos), _ptr(sin), _ptr(slots), _ptr(table), _ptr(lengths),
-        _ptr(scores), rows, num_layers, dim, num_heads, kv_heads, head_dim, intermediate_size, table.shape[1],
-        block_size, num_slots, max_len, eps, threads)
+        _ptr(x),
+        _ptr(layer_weights),
+        _ptr(kv),
+        _ptr(cos),
+        _ptr(sin),
+        _ptr(slots),
+        _ptr(table),
+        _ptr(lengths),
+        _ptr(scores),
+        rows,
+        num_layers,
+        dim,
+        num_heads,
+        kv_heads,
+        head_dim,
+        intermediate_size,
+        table.shape[1],
+        block_size,
+        num_slots,
+        max_len,
+        eps,
+        threads,
+    )

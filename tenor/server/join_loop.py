@@ -17,9 +17,18 @@ class JoinLoop:
     """A model server's membership: Join at start, at once when the admin moves, and every
     `rejoin_s` (Join is idempotent, so a server dropped after a network blip comes back)."""
 
-    def __init__(self, root: str, cell: str | CellName, address: str, http_address: str,
-                 spec: common_pb2.ServerSpec, *, rejoin_s: float = 2.0, check_s: float = 0.25,
-                 access: CellAccess | None = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        cell: str | CellName,
+        address: str,
+        http_address: str,
+        spec: common_pb2.ServerSpec,
+        *,
+        rejoin_s: float = 2.0,
+        check_s: float = 0.25,
+        access: CellAccess | None = None,
+    ) -> None:
         self._client = AdminClient(root, cell, timeout_s=2.0, access=access)
         self._request = (address, http_address, spec)
         self.rejoin_s = rejoin_s

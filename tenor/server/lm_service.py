@@ -141,8 +141,10 @@ async def _score(pipeline: RequestPipeline, request: lm_pb2.ScoreRequest) -> lis
     if not request.suffix:
         raise InvalidRequestError("Score needs at least one suffix")
     prefix = pipeline.prompt_ids(TextPrompt(request.prefix, field="prefix"))
-    suffixes = [pipeline.prompt_ids(TextPrompt(text, add_special_tokens=False, field=f"suffix[{i}]"))
-                for i, text in enumerate(request.suffix)]
+    suffixes = [
+        pipeline.prompt_ids(TextPrompt(text, add_special_tokens=False, field=f"suffix[{i}]"))
+        for i, text in enumerate(request.suffix)
+    ]
     if not all(suffixes):
         raise InvalidRequestError("a suffix is empty")
     for suffix in suffixes:

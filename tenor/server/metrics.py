@@ -44,9 +44,17 @@ class EngineStatsCollector(Collector):
         yield _counter("generation_tokens", "Tokens generated.", stats.generation_tokens_total)
         if stats.runtime is not None:
             runtime = stats.runtime
-            yield InfoMetricFamily(PREFIX + "runtime", "The CPU the engine runs on and the precision chosen for it.",
-                                   value={"cpu": runtime.cpu, "isa": runtime.isa, "threads": str(runtime.threads),
-                                          "dtype": runtime.dtype, "weights": runtime.weights})
+            yield InfoMetricFamily(
+                PREFIX + "runtime",
+                "The CPU the engine runs on and the precision chosen for it.",
+                value={
+                    "cpu": runtime.cpu,
+                    "isa": runtime.isa,
+                    "threads": str(runtime.threads),
+                    "dtype": runtime.dtype,
+                    "weights": runtime.weights,
+                },
+            )
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -68,19 +76,27 @@ class ServerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(EngineStatsCollector(engine))
         self.time_to_first_token = Histogram(
-            PREFIX + "time_to_first_token_seconds", "Time from request arrival to the first generated token.",
-            buckets=TTFT_BUCKETS, registry=self.registry,
+            PREFIX + "time_to_first_token_seconds",
+            "Time from request arrival to the first generated token.",
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
         )
         self.time_per_output_token = Histogram(
-            PREFIX + "time_per_output_token_seconds", "Mean time between output tokens after the first, per request.",
-            buckets=TPOT_BUCKETS, registry=self.registry,
+            PREFIX + "time_per_output_token_seconds",
+            "Mean time between output tokens after the first, per request.",
+            buckets=TPOT_BUCKETS,
+            registry=self.registry,
         )
         self.e2e_request_latency = Histogram(
-            PREFIX + "e2e_request_latency_seconds", "Time from request arrival to its last token.",
-            buckets=E2E_BUCKETS, registry=self.registry,
+            PREFIX + "e2e_request_latency_seconds",
+            "Time from request arrival to its last token.",
+            buckets=E2E_BUCKETS,
+            registry=self.registry,
         )
         self.request_success = Counter(
-            PREFIX + "request_success", "Finished sequences, by finish reason.", ["finished_reason"],
+            PREFIX + "request_success",
+            "Finished sequences, by finish reason.",
+            ["finished_reason"],
             registry=self.registry,
         )
         for reason in FinishReason:

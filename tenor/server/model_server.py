@@ -144,8 +144,9 @@ class ModelServer:
             for watch in watching:
                 watch.close()
 
-        wrapped = self._decode_role.wrap(name, engine, lambda: watching[0].addresses() if watching else [],
-                                         on_stop=stop_watching)
+        wrapped = self._decode_role.wrap(
+            name, engine, lambda: watching[0].addresses() if watching else [], on_stop=stop_watching
+        )
         admin = self._admin_client()
         watching.append(PrefillTargets(name, lambda: admin))
         return wrapped
@@ -204,8 +205,14 @@ class ModelServer:
             group_size=self.config.group.size if self.config.group else 1,
         )
         self._join = JoinLoop(
-            self.config.root, self.config.cell, self.address, self.http_address, spec, rejoin_s=self.config.rejoin_s,
-            access=self.access).start()
+            self.config.root,
+            self.config.cell,
+            self.address,
+            self.http_address,
+            spec,
+            rejoin_s=self.config.rejoin_s,
+            access=self.access,
+        ).start()
 
     async def _start_http(self) -> None:
         import uvicorn
@@ -217,8 +224,7 @@ class ModelServer:
 
         face = build_face(self.table, self.config.http_limits.body_timeout_s)
         face.add_collector(DisaggCollector(self.kv_transfer_service, self._decode_role))
-        config = uvicorn.Config(face, log_level="warning", lifespan="off",
-                                **uvicorn_options(self.config.http_limits))
+        config = uvicorn.Config(face, log_level="warning", lifespan="off", **uvicorn_options(self.config.http_limits))
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
         while not self._http.started and not self._http_task.done():
@@ -287,9 +293,7 @@ class HttpFace:
 
         from tenor.server.http.app import build_app
 
-        loaded = {
-            m.name.rsplit("/", 1)[-1]: m for m in self._table.models() if m.status == Status.LOADED and m.engine
-        }
+        loaded = {m.name.rsplit("/", 1)[-1]: m for m in self._table.models() if m.status == Status.LOADED and m.engine}
         changed = False
         for key in list(self._mounted):
             if key not in loaded or self._mounted[key][0] is not loaded[key].engine:
@@ -298,13 +302,18 @@ class HttpFace:
         for key, model in loaded.items():
             if key not in self._mounted:
                 assert model.engine is not None and model.servable is not None  # LOADED models have both
-                app = build_app(model.engine, served_model_name=model.name, tokenized=model.servable.tokenized,
-                                body_timeout_s=self._body_timeout_s)
+                app = build_app(
+                    model.engine,
+                    served_model_name=model.name,
+                    tokenized=model.servable.tokenized,
+                    body_timeout_s=self._body_timeout_s,
+                )
                 self._mounted[key] = (model.engine, app)
                 changed = True
         if changed:
             mounts: list[BaseRoute] = [
-                Mount(f"/models/{key}", app=app) for key, (_, app) in sorted(self._mounted.items())]
+                Mount(f"/models/{key}", app=app) for key, (_, app) in sorted(self._mounted.items())
+            ]
             self.app.router.routes = self._base_routes + mounts
 
 
@@ -319,8 +328,9 @@ class _TableCollector(Collector):
         self._table = table
 
     def collect(self) -> Iterator[Metric]:
-        status = GaugeMetricFamily("tenor:model_status", "1 for the model's current status.",
-                                   labels=["model", "status"])
+        status = GaugeMetricFamily(
+            "tenor:model_status", "1 for the model's current status.", labels=["model", "status"]
+        )
         queue = GaugeMetricFamily("tenor:model_queue_depth", "Requests waiting.", labels=["model"])
         running = GaugeMetricFamily("tenor:model_running", "Requests being decoded.", labels=["model"])
         latency = GaugeMetricFamily(

@@ -173,8 +173,9 @@ class ModelTable:
         try:
             role = parse_role(served.spec.role)
             if role != BOTH and self._wrap_engine is None:
-                raise UserError(f"this model server cannot run a model as {role} (a model-server group "
-                                "does not move KV blocks)")
+                raise UserError(
+                    f"this model server cannot run a model as {role} (a model-server group does not move KV blocks)"
+                )
             served.servable = served.spec.servable()
         except (UserError, ValueError) as exc:
             served.status, served.failure_reason, served.bad_spec = Status.FAILED, _one_line(exc), True
@@ -245,8 +246,9 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
         self._table = table
         self._started = time.monotonic() if started_at is None else started_at
 
-    async def Load(self, request: modelet_pb2.LoadRequest,
-                   context: grpc.aio.ServicerContext) -> modelet_pb2.LoadResponse:
+    async def Load(
+        self, request: modelet_pb2.LoadRequest, context: grpc.aio.ServicerContext
+    ) -> modelet_pb2.LoadResponse:
         spec = ModelSpec.of(request.config_name, request.checkpoint, request.overrides, request.role)
         try:
             await self._table.load(request.model_name, spec)
@@ -254,8 +256,9 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
             await context.abort(_load_failure_code(exc), str(exc))
         return modelet_pb2.LoadResponse()
 
-    async def Unload(self, request: modelet_pb2.UnloadRequest,
-                     context: grpc.aio.ServicerContext) -> modelet_pb2.UnloadResponse:
+    async def Unload(
+        self, request: modelet_pb2.UnloadRequest, context: grpc.aio.ServicerContext
+    ) -> modelet_pb2.UnloadResponse:
         await self._table.unload(request.model_name)
         return modelet_pb2.UnloadResponse()
 
@@ -264,8 +267,11 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
     ) -> modelet_pb2.UpdateLoadedResponse:
         current = next((s for s in self._table.models() if s.name == request.model_name), None)
         spec = ModelSpec.of(  # a reload keeps the config and the role
-            current.spec.config_name if current else "", request.checkpoint, request.overrides,
-            current.spec.role if current else "")
+            current.spec.config_name if current else "",
+            request.checkpoint,
+            request.overrides,
+            current.spec.role if current else "",
+        )
         try:
             await self._table.update_loaded(request.model_name, spec)
         except ModelNotServedError as exc:
@@ -280,7 +286,8 @@ class ModeletService(modelet_pb2_grpc.ModeletServicer):
         states = [model_state(served) for served in self._table.models()]
         memory = sum(
             s.servable.memory(s.spec.checkpoint).weight_bytes
-            for s in self._table.models() if s.servable and s.status == Status.LOADED
+            for s in self._table.models()
+            if s.servable and s.status == Status.LOADED
         )
         server = modelet_pb2.ServerStats(
             uptime_s=time.monotonic() - self._started,

@@ -92,9 +92,7 @@ class OrchestratorService(jetstream_pb2_grpc.OrchestratorServicer):
         return jetstream_pb2.HealthCheckResponse(is_live=self._health() is HealthState.READY)
 
 
-async def start_orchestrator(
-    service: OrchestratorService, host: str, port: int
-) -> tuple[grpc.aio.Server, int]:
+async def start_orchestrator(service: OrchestratorService, host: str, port: int) -> tuple[grpc.aio.Server, int]:
     """A started gRPC server with the Orchestrator on host:port (0: a free port); returns it
     and its port. UserError when the port cannot be bound."""
     from tenor.errors import UserError
@@ -121,15 +119,16 @@ def jetstream_orchestrator(table: _LoadedModels) -> OrchestratorService:
     the one model loaded there (UNAVAILABLE while there is none, or more than one)."""
 
     def loaded() -> list[Any]:
-        return [m for m in table.models() if m.engine is not None and m.servable is not None
-                and m.status == common_pb2.ModelStatus.LOADED]
+        return [
+            m
+            for m in table.models()
+            if m.engine is not None and m.servable is not None and m.status == common_pb2.ModelStatus.LOADED
+        ]
 
     def pipeline() -> RequestPipeline:
         models = loaded()
         if len(models) != 1:
-            raise EngineUnavailableError(
-                f"JetStream's API serves one model per server; {len(models)} are loaded here"
-            )
+            raise EngineUnavailableError(f"JetStream's API serves one model per server; {len(models)} are loaded here")
         return RequestPipeline(models[0].engine, models[0].servable.tokenized)
 
     def health() -> HealthState:

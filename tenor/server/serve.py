@@ -79,8 +79,9 @@ def run_server(
 ) -> int:
     """Serves until SIGINT/SIGTERM; returns the exit status (0 after a clean drain).
     Raises UserError when the address cannot be bound."""
-    options = ServeOptions(host, port, api_key, served_model_name, drain_timeout_s, log_level, grpc_port, tokenized,
-                           limits)
+    options = ServeOptions(
+        host, port, api_key, served_model_name, drain_timeout_s, log_level, grpc_port, tokenized, limits
+    )
     sock = bind_socket(options.host, options.port)
     try:
         return asyncio.run(_serve(engine_factory, sock, options, out or sys.stdout))
@@ -173,7 +174,10 @@ async def _serve(engine_factory: Callable[[], Engine], sock: socket.socket, opti
 
 
 async def _serve_in(
-    engine_factory: Callable[[], Engine], sock: socket.socket, options: ServeOptions, out: TextIO,
+    engine_factory: Callable[[], Engine],
+    sock: socket.socket,
+    options: ServeOptions,
+    out: TextIO,
     stack: contextlib.AsyncExitStack,
 ) -> int:
     signals = _ShutdownSignals()
@@ -182,8 +186,13 @@ async def _serve_in(
         if not await _unless(signals.requested, engine.start()):
             await engine.stop(0.0)  # asked to stop while loading
             return 0
-        app = build_app(engine, served_model_name=options.served_model_name, api_key=options.api_key,
-                        tokenized=options.tokenized, body_timeout_s=options.limits.body_timeout_s)
+        app = build_app(
+            engine,
+            served_model_name=options.served_model_name,
+            api_key=options.api_key,
+            tokenized=options.tokenized,
+            body_timeout_s=options.limits.body_timeout_s,
+        )
         url = url_of(sock, options.host)
         grpc_note = ""
         if options.grpc_port is not None:
@@ -199,7 +208,10 @@ async def _serve_in(
             print(f"tenor: serving {context_of(app).model_name}{grpc_note} at {url}", file=out, flush=True)
 
         config = uvicorn.Config(
-            app, lifespan="off", log_level=options.log_level, access_log=options.log_level in ("info", "debug"),
+            app,
+            lifespan="off",
+            log_level=options.log_level,
+            access_log=options.log_level in ("info", "debug"),
             # uvicorn's annotation says int; it hands the value to asyncio.wait_for, which takes a float.
             timeout_graceful_shutdown=CLOSE_GRACE_S,  # type: ignore[arg-type]
             **uvicorn_options(options.limits),

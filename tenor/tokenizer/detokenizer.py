@@ -41,8 +41,9 @@ class IncrementalDetokenizer:
     (with a prompt: the text those ids add after the prompt, which for SentencePiece keeps
     the leading space that decoding the ids alone would drop)."""
 
-    def __init__(self, tokenizer: TokenizerProtocol, prompt_ids: Sequence[int] = (),
-                 skip_special_tokens: bool = True) -> None:
+    def __init__(
+        self, tokenizer: TokenizerProtocol, prompt_ids: Sequence[int] = (), skip_special_tokens: bool = True
+    ) -> None:
         self._tokenizer = tokenizer
         self._skip_special = skip_special_tokens
         self._ids: list[int] = list(prompt_ids)
@@ -54,7 +55,7 @@ class IncrementalDetokenizer:
     @property
     def token_ids(self) -> list[int]:
         """The ids added so far (not the prompt)."""
-        return self._ids[self._num_prompt:]
+        return self._ids[self._num_prompt :]
 
     def add(self, token_ids: Sequence[int]) -> str:
         """Appends ids; returns the new text that is safe to show (maybe empty)."""
@@ -78,7 +79,7 @@ class IncrementalDetokenizer:
     def _emit(self, window_text: str, upto: int) -> str:
         # The context usually decodes to a prefix of the window; if a decoder rewrites
         # across the boundary it does not, and the characters past its length are new.
-        new = window_text[len(self._context_text):]
+        new = window_text[len(self._context_text) :]
         if upto > self._read:
             self._prefix, self._read = self._read, upto
             self._context_text = self._decode(self._prefix, self._read)

@@ -28,13 +28,23 @@ _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
 # llama.cpp's pre-tokenizer names, grouped by the split they stand for.
 _DIGITS_THEN_GPT2 = {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"}
 _GPT2 = {"gpt-2", "mpt", "olmo", "jais"}
-_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 _REGEX_SPLITS = {
-    "llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT, "llama-v3": _LLAMA3_SPLIT, "smaug-bpe": _LLAMA3_SPLIT,
-    "dbrx": _LLAMA3_SPLIT, "falcon3": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT, "deepseek-r1-qwen": _QWEN2_SPLIT,
+    "llama-bpe": _LLAMA3_SPLIT,
+    "llama3": _LLAMA3_SPLIT,
+    "llama-v3": _LLAMA3_SPLIT,
+    "smaug-bpe": _LLAMA3_SPLIT,
+    "dbrx": _LLAMA3_SPLIT,
+    "falcon3": _LLAMA3_SPLIT,
+    "qwen2": _QWEN2_SPLIT,
+    "deepseek-r1-qwen": _QWEN2_SPLIT,
 }
 
 
@@ -55,7 +65,8 @@ def read_gguf_tokenizer(path: Path) -> tuple[Backend, TokenizerSpec]:
     add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", kind == "llama"))
     add_eos = bool(metadata.get("tokenizer.ggml.add_eos_token", False))
     backend.post_processor = special_token_processor(
-        backend, spec.bos_token if add_bos else None, spec.eos_token if add_eos else None)
+        backend, spec.bos_token if add_bos else None, spec.eos_token if add_eos else None
+    )
     return backend, spec
 
 
@@ -84,7 +95,8 @@ def _spec(metadata: dict[str, MetadataValue], tokens: list[str]) -> TokenizerSpe
         return tokens[index] if isinstance(index, int) and 0 <= index < len(tokens) else None
 
     extra = tuple(
-        index for key in ("eot_token_id", "eom_token_id")
+        index
+        for key in ("eot_token_id", "eom_token_id")
         if isinstance(index := metadata.get(f"tokenizer.ggml.{key}"), int) and 0 <= index < len(tokens)
     )
     template = metadata.get("tokenizer.chat_template")
@@ -100,17 +112,21 @@ def _spec(metadata: dict[str, MetadataValue], tokens: list[str]) -> TokenizerSpe
 
 def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer | None:
     if pre in _DIGITS_THEN_GPT2:
-        return pre_tokenizers.Sequence([
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ])
+        return pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Digits(individual_digits=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            ]
+        )
     if pre in _GPT2:
         return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     if pre in _REGEX_SPLITS:
-        return pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(_REGEX_SPLITS[pre]), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
+        return pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(_REGEX_SPLITS[pre]), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     return None
 
 
@@ -150,10 +166,16 @@ def _add_marked_tokens(backend: Backend, tokens: list[str], types: MetadataValue
         return
     # A control token spelled outside the byte alphabet is a mislabelled vocabulary entry;
     # making it an added token would give it a second id past the model's vocabulary.
-    control = [AddedToken(t, normalized=False, special=True)
-               for t, kind in zip(tokens, types) if kind == _CONTROL and set(t) <= alphabet]
-    user = [AddedToken(t, normalized=False, special=False)
-            for t, kind in zip(tokens, types) if kind == _USER_DEFINED and set(t) <= alphabet]
+    control = [
+        AddedToken(t, normalized=False, special=True)
+        for t, kind in zip(tokens, types)
+        if kind == _CONTROL and set(t) <= alphabet
+    ]
+    user = [
+        AddedToken(t, normalized=False, special=False)
+        for t, kind in zip(tokens, types)
+        if kind == _USER_DEFINED and set(t) <= alphabet
+    ]
     if control:
         backend.add_special_tokens(control)
     if user:

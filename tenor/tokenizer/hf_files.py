@@ -62,8 +62,9 @@ def write_hf_tokenizer(directory: Path, backend: Backend, spec: TokenizerSpec) -
         config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", **spec.special_tokens()}
         if spec.extra_eos_token_ids:
             config[EXTRA_EOS_KEY] = list(spec.extra_eos_token_ids)
-        (directory / TOKENIZER_CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n",
-                                                   encoding="utf-8")
+        (directory / TOKENIZER_CONFIG).write_text(
+            json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         template_file = directory / CHAT_TEMPLATE_JINJA
         if spec.chat_template is not None:
             template_file.write_text(spec.chat_template, encoding="utf-8")

@@ -21,8 +21,9 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         if not has_tokenizer_files(path):
             ggufs = sorted(p.name for p in path.glob("*.gguf"))
             hint = f"; to use a GGUF's tokenizer, give the file: {path / ggufs[0]}" if ggufs else ""
-            raise UserError(f"{path} has no tokenizer files "
-                            f"(expected {TOKENIZER_JSON} and tokenizer_config.json){hint}")
+            raise UserError(
+                f"{path} has no tokenizer files (expected {TOKENIZER_JSON} and tokenizer_config.json){hint}"
+            )
         return Tokenizer(*read_hf_tokenizer(path))
     if not _is_gguf(path):
         raise UserError(f"{path} is neither a GGUF file nor a directory with {TOKENIZER_JSON}")

@@ -36,6 +36,10 @@ class TokenizerSpec:
 
     def special_tokens(self) -> dict[str, str]:
         """The named special tokens that are set, as a chat template sees them (bos_token=...)."""
-        named = {"bos_token": self.bos_token, "eos_token": self.eos_token, "unk_token": self.unk_token,
-                 "pad_token": self.pad_token}
+        named = {
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+            "unk_token": self.unk_token,
+            "pad_token": self.pad_token,
+        }
         return {name: token for name, token in named.items() if token is not None}

@@ -24,8 +24,9 @@ def parse_token_ids(text: str) -> list[int]:
         if not (item.isascii() and item.isdecimal()):
             shown = item if len(item) <= _SHOWN else item[:_SHOWN] + "..."
             what = "an empty item" if not item else f"{shown!r}"
-            raise UserError(f"token ids: item {position} is {what}; expected a non-negative integer "
-                            "(format: '21106,318,281')")
+            raise UserError(
+                f"token ids: item {position} is {what}; expected a non-negative integer (format: '21106,318,281')"
+            )
         value = int(item)
         if value > MAX_TOKEN_ID:
             raise UserError(f"token ids: item {position} ({item[:_SHOWN]}) is larger than {MAX_TOKEN_ID}")

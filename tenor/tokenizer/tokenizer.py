@@ -25,8 +25,11 @@ _BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's spelling
 @functools.cache
 def _byte_level_alphabet() -> dict[str, int]:
     """GPT-2's byte-level BPE spells each byte as a printable character; this undoes it."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
-                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("\u00a1"), ord("\u00ac") + 1),
+        *range(ord("\u00ae"), ord("\u00ff") + 1),
+    ]
     chars = {b: chr(b) for b in printable}
     extra = 0
     for b in range(256):
@@ -66,9 +69,11 @@ class Tokenizer:
 
     def _stop_ids(self) -> tuple[int, ...]:
         """The configured EOS first, then the configured extras, then special turn-end tokens."""
-        candidates = [self.token_to_id(self.spec.eos_token) if self.spec.eos_token else None,
-                      *self.spec.extra_eos_token_ids,
-                      *(i for i in map(self.token_to_id, TURN_END_TOKENS) if i in self._special_ids)]
+        candidates = [
+            self.token_to_id(self.spec.eos_token) if self.spec.eos_token else None,
+            *self.spec.extra_eos_token_ids,
+            *(i for i in map(self.token_to_id, TURN_END_TOKENS) if i in self._special_ids),
+        ]
         ids: list[int] = []
         for i in candidates:
             if i is not None and i not in ids:
@@ -140,5 +145,6 @@ class Tokenizer:
         write_hf_tokenizer(Path(directory), self._backend, self.spec)
 
     def __repr__(self) -> str:
-        return (f"Tokenizer(vocab_size={self.vocab_size}, eos_token_ids={self.eos_token_ids}, "
-                f"bos={self.spec.bos_token!r})")
+        return (
+            f"Tokenizer(vocab_size={self.vocab_size}, eos_token_ids={self.eos_token_ids}, bos={self.spec.bos_token!r})"
+        )

@@ -57,14 +57,22 @@ def test_publish_places_roles_watchloc_splits_them_and_update_changes_them(clien
 
         admin.update(MODEL, overrides={"decode_replicas": "2"})  # REPLICAS follows the split
         assert admin.list(MODEL)[0].model.requested_replicas == 3
-        wait_until(lambda: sorted(roles(admin).values()) == ["decode", "decode", "prefill"]
-                   and len(admin.list(MODEL)[0].addresses) == 3, 10, "a second decode replica")
+        wait_until(
+            lambda: (
+                sorted(roles(admin).values()) == ["decode", "decode", "prefill"]
+                and len(admin.list(MODEL)[0].addresses) == 3
+            ),
+            10,
+            "a second decode replica",
+        )
         assert roles(admin)[prefill] == "prefill" and servers[prefill].modelet.loads[MODEL] == 1
 
-        admin.update(MODEL, replicas=2, overrides={"disaggregated": "", "prefill_replicas": "",
-                                                   "decode_replicas": ""})
-        wait_until(lambda: sorted(roles(admin).values()) == ["both", "both"]
-                   and len(admin.list(MODEL)[0].addresses) == 2, 15, "two interleaved replicas")
+        admin.update(MODEL, replicas=2, overrides={"disaggregated": "", "prefill_replicas": "", "decode_replicas": ""})
+        wait_until(
+            lambda: sorted(roles(admin).values()) == ["both", "both"] and len(admin.list(MODEL)[0].addresses) == 2,
+            15,
+            "two interleaved replicas",
+        )
         assert len(first_addresses(admin)) == 2
 
 

@@ -48,17 +48,28 @@ def test_publish_places_replicas_and_bad_input_is_refused(root, admin, client) -
 
         cases = [
             (lambda: client.publish(MODEL, TINY, None, 1), grpc.StatusCode.ALREADY_EXISTS, "already published"),
-            (lambda: client.publish("/tenor/test/x", "nope.Model", None, 1), grpc.StatusCode.INVALID_ARGUMENT,
-             "unknown model config 'nope.Model'"),
+            (
+                lambda: client.publish("/tenor/test/x", "nope.Model", None, 1),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "unknown model config 'nope.Model'",
+            ),
             (lambda: client.publish("/tenor/test/x", TINY, None, -1), grpc.StatusCode.INVALID_ARGUMENT, ">= 0"),
-            (lambda: client.publish("/tenor/test", TINY, None, 1), grpc.StatusCode.INVALID_ARGUMENT,
-             "bad model name"),
-            (lambda: client.publish("/tenor/other/x", TINY, None, 1), grpc.StatusCode.INVALID_ARGUMENT,
-             "not in this admin's cell"),
-            (lambda: client.publish("/tenor/test/x", TINY, None, 1, {"nope": "1"}), grpc.StatusCode.INVALID_ARGUMENT,
-             "unknown override(s) nope"),
-            (lambda: client.publish("/tenor/test/x", "llama.SmolLM2_135M_Instruct" + "x", None, 1),
-             grpc.StatusCode.INVALID_ARGUMENT, "unknown model config"),
+            (lambda: client.publish("/tenor/test", TINY, None, 1), grpc.StatusCode.INVALID_ARGUMENT, "bad model name"),
+            (
+                lambda: client.publish("/tenor/other/x", TINY, None, 1),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "not in this admin's cell",
+            ),
+            (
+                lambda: client.publish("/tenor/test/x", TINY, None, 1, {"nope": "1"}),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "unknown override(s) nope",
+            ),
+            (
+                lambda: client.publish("/tenor/test/x", "llama.SmolLM2_135M_Instruct" + "x", None, 1),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "unknown model config",
+            ),
             (lambda: client.update("/tenor/test/missing", replicas=1), grpc.StatusCode.NOT_FOUND, "not published"),
             (lambda: client.update(MODEL, replicas=-3), grpc.StatusCode.INVALID_ARGUMENT, ">= 0"),
             (lambda: client.unpublish("/tenor/test/missing"), grpc.StatusCode.NOT_FOUND, "not published"),
@@ -97,8 +108,9 @@ def test_standby_refuses_serves_its_page_and_takes_over_on_sigterm(root) -> None
             second.wait_serving()
             channel = grpc.insecure_channel(second.address)
             with pytest.raises(grpc.RpcError) as info:
-                admin_pb2_grpc.AdminStub(channel).List(admin_pb2.ListRequest(), timeout=5,
-                                                       metadata=[("authorization", f"Bearer {cell_token(root)}")])
+                admin_pb2_grpc.AdminStub(channel).List(
+                    admin_pb2.ListRequest(), timeout=5, metadata=[("authorization", f"Bearer {cell_token(root)}")]
+                )
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE and "standby" in info.value.details()
             channel.close()
             assert _get(second.http_port, "/healthz") == (200, "standby\n")
@@ -130,7 +142,10 @@ def test_acknowledged_publish_survives_kill_9(root) -> None:
         second.wait_leader()
         (listed,) = client.list(MODEL)
         assert (listed.model.checkpoint, listed.model.requested_replicas, dict(listed.model.overrides)) == (
-            "/some/ckpt", 3, {"ram": "1000"})
+            "/some/ckpt",
+            3,
+            {"ram": "1000"},
+        )
         client.close()
 
 
@@ -147,8 +162,11 @@ def test_republishing_a_name_with_another_config_replaces_its_replicas(root, adm
         client.publish(MODEL, "test.TinyGPTJRandom", None, 2)
 
         def replaced() -> bool:
-            return all(s.modelet.status_of(MODEL) == common_pb2.LOADED
-                       and s.modelet.models[MODEL].config_name == "test.TinyGPTJRandom" for s in (s1, s2))
+            return all(
+                s.modelet.status_of(MODEL) == common_pb2.LOADED
+                and s.modelet.models[MODEL].config_name == "test.TinyGPTJRandom"
+                for s in (s1, s2)
+            )
 
         wait_until(replaced, 10, "both servers to serve the new config")
         assert len(client.wait_for_ready(MODEL, 2, timeout_s=10)) == 2

@@ -40,12 +40,15 @@ def test_one_leads_the_other_waits_and_takes_over_when_the_lead_is_lost() -> Non
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"poll_interval_s": 0}, "poll_interval_s must be > 0"),
-    ({"poll_interval_s": 2, "prune_after_s": 1}, "prune_after_s (1) must be >= poll_interval_s (2)"),
-    ({"max_load_attempts": 0}, "max_load_attempts must be >= 1"),
-    ({"startup_grace_s": -1}, "startup_grace_s must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"poll_interval_s": 0}, "poll_interval_s must be > 0"),
+        ({"poll_interval_s": 2, "prune_after_s": 1}, "prune_after_s (1) must be >= poll_interval_s (2)"),
+        ({"max_load_attempts": 0}, "max_load_attempts must be >= 1"),
+        ({"startup_grace_s": -1}, "startup_grace_s must be >= 0"),
+    ],
+)
 def test_manager_options_are_checked(kwargs, message) -> None:
     with pytest.raises(ValueError) as info:
         ManagerOptions(**kwargs)

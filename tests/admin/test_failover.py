@@ -53,8 +53,11 @@ def _failover(root: str, etcd_ttl: int | None) -> None:
             (listed,) = client.list(MODEL)  # follows the new leader through the root
             assert listed.model.requested_replicas == 2 and dict(listed.model.overrides) == {"max_batch_size": "2"}
             assert sorted(client.wait_for_ready(MODEL, 2, timeout_s=15)) == sorted([s1.address, s2.address])
-            wait_until(lambda: updates[-1].admin_id != first_admin and len(updates[-1].addresses) == 2, 15,
-                       "the watch to follow the new admin")
+            wait_until(
+                lambda: updates[-1].admin_id != first_admin and len(updates[-1].addresses) == 2,
+                15,
+                "the watch to follow the new admin",
+            )
             assert next(u for u in updates if u.admin_id != first_admin).reset  # a fresh full set first
             # Adopted, not reloaded.
             assert s1.modelet.loads[MODEL] == 1 and s2.modelet.loads[MODEL] == 1

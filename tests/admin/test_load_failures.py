@@ -63,8 +63,11 @@ def test_checkpoint_update_reloads_one_replica_at_a_time(cell) -> None:
 
         def updated() -> bool:
             serving_during_update.append(len(client.list("/tenor/lf/lm")[0].addresses))
-            return all(s.modelet.models["/tenor/lf/lm"].checkpoint == "/ckpt/b"
-                       and s.modelet.status_of("/tenor/lf/lm") == common_pb2.LOADED for s in (s1, s2))
+            return all(
+                s.modelet.models["/tenor/lf/lm"].checkpoint == "/ckpt/b"
+                and s.modelet.status_of("/tenor/lf/lm") == common_pb2.LOADED
+                for s in (s1, s2)
+            )
 
         client.update("/tenor/lf/lm", checkpoint="/ckpt/b")
         wait_until(updated, 15, "both replicas on the new checkpoint", interval_s=0.02)
@@ -74,8 +77,11 @@ def test_checkpoint_update_reloads_one_replica_at_a_time(cell) -> None:
 
         # A bad checkpoint fails on the first replica; the roll halts and the other keeps serving.
         client.update("/tenor/lf/lm", checkpoint="bad/ckpt")
-        wait_until(lambda: "checkpoint bad/ckpt not found" in client.list("/tenor/lf/lm")[0].failure_reason, 10,
-                   "the failure to show")
+        wait_until(
+            lambda: "checkpoint bad/ckpt not found" in client.list("/tenor/lf/lm")[0].failure_reason,
+            10,
+            "the failure to show",
+        )
         time.sleep(1.0)  # several heartbeats: nothing else may be touched
         (listed,) = client.list("/tenor/lf/lm")
         updates = sorted(s.modelet.updates["/tenor/lf/lm"] for s in (s1, s2))

@@ -17,8 +17,9 @@ from tenor.errors import UserError
 CELL = CellName("c")
 
 
-def spec(config: str = "test.TinyLlamaRandom", checkpoint: str | None = None, replicas: int = 1,
-         **overrides: str) -> ModelSpec:
+def spec(
+    config: str = "test.TinyLlamaRandom", checkpoint: str | None = None, replicas: int = 1, **overrides: str
+) -> ModelSpec:
     return ModelSpec.make("/tenor/c/m", config, checkpoint, replicas, overrides)
 
 

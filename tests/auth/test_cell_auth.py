@@ -31,8 +31,9 @@ MODEL = "/tenor/test/lm"
 WRONG = [("authorization", "Bearer " + "x" * 43)]
 
 ADMIN_MUTATIONS = {
-    "Publish": admin_pb2.PublishRequest(model=admin_pb2.Model(model_name=MODEL, config_name="test.TinyLlamaRandom",
-                                                              requested_replicas=1)),
+    "Publish": admin_pb2.PublishRequest(
+        model=admin_pb2.Model(model_name=MODEL, config_name="test.TinyLlamaRandom", requested_replicas=1)
+    ),
     "Update": admin_pb2.UpdateRequest(model_name=MODEL, replicas=2),
     "Unpublish": admin_pb2.UnpublishRequest(model_name=MODEL),
     "Join": admin_pb2.JoinRequest(address="127.0.0.1:1", spec=common_pb2.ServerSpec(platform="cpu")),
@@ -56,8 +57,9 @@ def _admin_codes(address: str, methods: dict, metadata) -> dict[str, grpc.Status
     with grpc.insecure_channel(address) as channel:
         stub = admin_pb2_grpc.AdminStub(channel)
         codes = {m: _code(lambda: getattr(stub, m)(r, timeout=5, metadata=metadata)) for m, r in methods.items()}
-        codes["WatchLoc"] = _code(lambda: next(stub.WatchLoc(admin_pb2.WatchLocRequest(model_name=MODEL), timeout=2,
-                                                             metadata=metadata)))
+        codes["WatchLoc"] = _code(
+            lambda: next(stub.WatchLoc(admin_pb2.WatchLocRequest(model_name=MODEL), timeout=2, metadata=metadata))
+        )
     return codes
 
 
@@ -68,7 +70,7 @@ def root(tmp_path) -> str:
 
 @pytest.fixture
 def admin(root):
-    os.makedirs(root[len("file://"):])
+    os.makedirs(root[len("file://") :])
     with AdminProcess(root, CELL) as process:
         yield process.wait_leader()
 
@@ -82,7 +84,7 @@ def test_without_the_token_every_admin_rpc_is_unauthenticated(root, admin) -> No
 
 
 def test_the_root_token_is_private_to_its_owner(root, admin) -> None:
-    path = os.path.join(root[len("file://"):], "tenor", "test", "token")
+    path = os.path.join(root[len("file://") :], "tenor", "test", "token")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert TokenSet.parse(open(path).read(), path).sending
 
@@ -100,18 +102,23 @@ def test_read_only_verbs_open_only_with_the_flag(tmp_path) -> None:
 def _tenor(root: str, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k != "TENOR_TOKEN"}
     base["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "tenor.cli.main", *argv], capture_output=True, text=True,
-                          timeout=60, cwd=REPO_ROOT, env={**base, "TENOR_ROOT": root, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "tenor.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        env={**base, "TENOR_ROOT": root, **(env or {})},
+    )
 
 
 def test_publish_without_the_token_is_one_line_and_exit_2(root, admin, tmp_path) -> None:
     # A root that says where the admin is but holds no token: a stranger's copy.
     stranger = tmp_path / "stranger"
-    shutil.copytree(root[len("file://"):], stranger)
+    shutil.copytree(root[len("file://") :], stranger)
     (stranger / "tenor" / "test" / "token").unlink()
     publish = ("publish", MODEL, "test.TinyLlamaRandom", "None", "1", "--timeout", "10")
-    for result in (_tenor(f"file://{stranger}", *publish),
-                   _tenor(root, *publish, env={"TENOR_TOKEN": "y" * 40})):
+    for result in (_tenor(f"file://{stranger}", *publish), _tenor(root, *publish, env={"TENOR_TOKEN": "y" * 40})):
         assert result.returncode == 2, result.stderr
         assert result.stderr.startswith("tenor: error: ") and result.stderr.count("\n") == 1
         assert "token" in result.stderr
@@ -143,17 +150,22 @@ async def _model_server(root: str, tls: TlsFiles | None = None):
 async def _model_server_codes(channel, metadata) -> dict[str, grpc.StatusCode]:
     modelet, lm = modelet_pb2_grpc.ModeletStub(channel), lm_pb2_grpc.LMServiceStub(channel)
     calls = {
-        "Load": lambda: modelet.Load(modelet_pb2.LoadRequest(model_name=MODEL, config_name="test.TinyLlamaRandom"),
-                                     metadata=metadata, timeout=5),
+        "Load": lambda: modelet.Load(
+            modelet_pb2.LoadRequest(model_name=MODEL, config_name="test.TinyLlamaRandom"), metadata=metadata, timeout=5
+        ),
         "GetStatus": lambda: modelet.GetStatus(modelet_pb2.GetStatusRequest(), metadata=metadata, timeout=5),
-        "UpdateLoaded": lambda: modelet.UpdateLoaded(modelet_pb2.UpdateLoadedRequest(model_name=MODEL),
-                                                     metadata=metadata, timeout=5),
-        "Unload": lambda: modelet.Unload(modelet_pb2.UnloadRequest(model_name="/tenor/test/none"),
-                                         metadata=metadata, timeout=5),
-        "Generate": lambda: lm.Generate(lm_pb2.GenerateRequest(model_key=MODEL, text="abc"), metadata=metadata,
-                                        timeout=5),
-        "Score": lambda: lm.Score(lm_pb2.ScoreRequest(model_key=MODEL, prefix="a", suffix=["b"]), metadata=metadata,
-                                  timeout=5),
+        "UpdateLoaded": lambda: modelet.UpdateLoaded(
+            modelet_pb2.UpdateLoadedRequest(model_name=MODEL), metadata=metadata, timeout=5
+        ),
+        "Unload": lambda: modelet.Unload(
+            modelet_pb2.UnloadRequest(model_name="/tenor/test/none"), metadata=metadata, timeout=5
+        ),
+        "Generate": lambda: lm.Generate(
+            lm_pb2.GenerateRequest(model_key=MODEL, text="abc"), metadata=metadata, timeout=5
+        ),
+        "Score": lambda: lm.Score(
+            lm_pb2.ScoreRequest(model_key=MODEL, prefix="a", suffix=["b"]), metadata=metadata, timeout=5
+        ),
     }
     codes = {}
     for name, call in calls.items():
@@ -163,8 +175,9 @@ async def _model_server_codes(channel, metadata) -> dict[str, grpc.StatusCode]:
         except grpc.aio.AioRpcError as exc:
             codes[name] = exc.code()
     try:
-        async for _ in lm.GenerateStream(lm_pb2.GenerateRequest(model_key=MODEL, text="abc"), metadata=metadata,
-                                         timeout=5):
+        async for _ in lm.GenerateStream(
+            lm_pb2.GenerateRequest(model_key=MODEL, text="abc"), metadata=metadata, timeout=5
+        ):
             pass
         codes["GenerateStream"] = grpc.StatusCode.OK
     except grpc.aio.AioRpcError as exc:
@@ -206,8 +219,9 @@ def test_with_tls_a_client_needs_the_ca_and_its_own_certificate(tmp_path) -> Non
             tokens = TokenSource.fixed(TokenSet((cell_token(root),)), "test")
             plain = await status(CellCredentials(), tokens, server.address)
             no_ca = await status(CellCredentials(tls=TlsFiles(tls.cert, tls.key)), tokens, server.address)
-            wrong_ca = await status(CellCredentials(tls=TlsFiles(tls.cert, tls.key, stranger_ca)), tokens,
-                                    server.address)
+            wrong_ca = await status(
+                CellCredentials(tls=TlsFiles(tls.cert, tls.key, stranger_ca)), tokens, server.address
+            )
             no_client_cert = await status(CellCredentials(tls=TlsFiles(ca=tls.ca)), tokens, server.address)
             full = await status(CellCredentials(tls=tls), tokens, server.address)
             no_token = await status(CellCredentials(tls=tls), TokenSource.fixed(TokenSet(), "none"), server.address)
@@ -219,16 +233,20 @@ def test_with_tls_a_client_needs_the_ca_and_its_own_certificate(tmp_path) -> Non
     assert no_token == grpc.StatusCode.UNAUTHENTICATED
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--tls-cert", "/nonexistent.pem"], "--tls-cert and --tls-key go together"),
-    (["--tls-ca", "/nonexistent.pem"], "cannot read the TLS CA /nonexistent.pem"),
-    (["--token-file", "/nonexistent"], "cannot read the cell token from token file /nonexistent: No such file"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--tls-cert", "/nonexistent.pem"], "--tls-cert and --tls-key go together"),
+        (["--tls-ca", "/nonexistent.pem"], "cannot read the TLS CA /nonexistent.pem"),
+        (["--token-file", "/nonexistent"], "cannot read the cell token from token file /nonexistent: No such file"),
+    ],
+)
 def test_bad_credential_flags_are_one_line(tmp_path, capsys, flags, message) -> None:
     from tenor.cli.main import main
 
-    code = main(["publish", MODEL, "test.TinyLlamaRandom", "None", "1", "--root", str(tmp_path), "--timeout", "1",
-                 *flags])
+    code = main(
+        ["publish", MODEL, "test.TinyLlamaRandom", "None", "1", "--root", str(tmp_path), "--timeout", "1", *flags]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("tenor: error: ") and err.count("\n") == 1
     assert message in err

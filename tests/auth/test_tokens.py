@@ -17,8 +17,9 @@ def test_the_first_token_is_sent_and_every_one_is_accepted() -> None:
     assert not TokenSet().accepts("") and TokenSet().sending is None
 
 
-@pytest.mark.parametrize("text", ["short", "has a space in it......", "tab\there..............",
-                                  "nul\x00char.........."])
+@pytest.mark.parametrize(
+    "text", ["short", "has a space in it......", "tab\there..............", "nul\x00char.........."]
+)
 def test_bad_tokens_are_refused_with_the_place_they_came_from(text) -> None:
     with pytest.raises(ValueError, match="^where: a cell token must be at least 16"):
         TokenSet.parse(text, "where")

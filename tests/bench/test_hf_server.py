@@ -27,9 +27,16 @@ def _tokenizer() -> PreTrainedTokenizerFast:
 
 def _tiny_model() -> LlamaForCausalLM:
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=256, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=MAX_NEW_TOKENS + 512,
-                         tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=MAX_NEW_TOKENS + 512,
+        tie_word_embeddings=False,
+    )
     return LlamaForCausalLM(config)
 
 

@@ -34,8 +34,12 @@ def test_tpot_excludes_the_first_token():
 
 def test_distribution_reports_milliseconds_and_nothing_for_no_samples():
     d = distribution([0.1, 0.2, 0.3])
-    assert (d.count, d.mean_ms, d.p50_ms, d.max_ms) == (3, pytest.approx(200.0), pytest.approx(200.0),
-                                                        pytest.approx(300.0))
+    assert (d.count, d.mean_ms, d.p50_ms, d.max_ms) == (
+        3,
+        pytest.approx(200.0),
+        pytest.approx(200.0),
+        pytest.approx(300.0),
+    )
     empty = distribution([])
     assert empty.count == 0 and empty.mean_ms is None and empty.p99_ms is None
 

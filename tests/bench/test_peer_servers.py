@@ -53,12 +53,14 @@ def test_a_started_server_is_waited_for_and_stopped(tmp_path):
 
 
 def test_a_server_that_dies_or_never_answers_is_reported(tmp_path):
-    dies = RunningServer(ServerSpec("dies", (sys.executable, "-c", "print('bad flag'); raise SystemExit(3)"), "/"),
-                         tmp_path / "dies.log")
+    dies = RunningServer(
+        ServerSpec("dies", (sys.executable, "-c", "print('bad flag'); raise SystemExit(3)"), "/"), tmp_path / "dies.log"
+    )
     with pytest.raises(RuntimeError, match="exited with 3(.|\n)*bad flag"):
         dies.wait_ready(20)
-    silent = RunningServer(ServerSpec("silent", (sys.executable, "-c", "import time; time.sleep(60)"), "/"),
-                           tmp_path / "silent.log")
+    silent = RunningServer(
+        ServerSpec("silent", (sys.executable, "-c", "import time; time.sleep(60)"), "/"), tmp_path / "silent.log"
+    )
     try:
         with pytest.raises(RuntimeError, match="not ready within 0.5 s"):
             silent.wait_ready(0.5)

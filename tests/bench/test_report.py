@@ -5,8 +5,9 @@ from tenor.bench.report import BenchReport, RunInfo, format_table, to_json_dict,
 
 
 def _report(records):
-    run = RunInfo("http://x", "m", "completions", "closed loop, concurrency 1", 2, 8, 0, False, None,
-                  "2026-01-01T00:00:00+00:00")
+    run = RunInfo(
+        "http://x", "m", "completions", "closed loop, concurrency 1", 2, 8, 0, False, None, "2026-01-01T00:00:00+00:00"
+    )
     return BenchReport(run, summarize(records, 2.0))
 
 

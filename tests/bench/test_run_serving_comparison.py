@@ -18,8 +18,11 @@ def test_points_parse_and_reject_garbage():
 
 def test_the_table_gives_ratios_against_llama_cpp():
     point = Point(32, 64)
-    rows = [Row("llama.cpp", point, _summary(100, 2.0)), Row("tenor", point, _summary(150, 2.0)),
-            Row("hf", point, None, "did not start")]
+    rows = [
+        Row("llama.cpp", point, _summary(100, 2.0)),
+        Row("tenor", point, _summary(150, 2.0)),
+        Row("hf", point, None, "did not start"),
+    ]
     table = comparison_markdown(rows)
     llama_line = next(line for line in table.splitlines() if line.startswith("| llama.cpp"))
     tenor_line = next(line for line in table.splitlines() if line.startswith("| tenor"))

@@ -22,8 +22,14 @@ def test_a_real_run_counts_every_request_and_token(fake_server_url):
 
 
 def test_poisson_chat_run_without_usage_counts_chunks(fake_server_url):
-    config = ServingBenchConfig(base_url=fake_server_url, model="fake-no-usage", endpoint="chat",
-                                num_prompts=6, request_rate=50.0, progress=False)
+    config = ServingBenchConfig(
+        base_url=fake_server_url,
+        model="fake-no-usage",
+        endpoint="chat",
+        num_prompts=6,
+        request_rate=50.0,
+        progress=False,
+    )
     s = run_benchmark(config).summary
     assert s.completed == 6 and s.total_output_tokens == 6 * CHUNKS and s.token_source == "chunks"
     assert s.total_prompt_tokens is None
@@ -31,8 +37,20 @@ def test_poisson_chat_run_without_usage_counts_chunks(fake_server_url):
 
 def test_tenor_bench_prints_the_table_writes_json_and_fails_on_errors(fake_server_url, tmp_path, capsys):
     out = tmp_path / "r.json"
-    argv = ["bench", "--base-url", fake_server_url, "--num-prompts", "3", "--concurrency", "2",
-            "--max-tokens", "4", "--no-progress", "--json-out", str(out)]
+    argv = [
+        "bench",
+        "--base-url",
+        fake_server_url,
+        "--num-prompts",
+        "3",
+        "--concurrency",
+        "2",
+        "--max-tokens",
+        "4",
+        "--no-progress",
+        "--json-out",
+        str(out),
+    ]
     assert tenor_main(argv) == 0
     table = capsys.readouterr().out
     assert "3 ok, 0 failed" in table and "TTFT" in table and "ITL" in table
@@ -60,8 +78,20 @@ def test_an_unreachable_server_is_a_one_line_error(capsys):
 
 
 def test_a_time_limit_cuts_off_a_hanging_server_and_says_so(fake_server_url, capsys):
-    argv = ["bench", "--base-url", fake_server_url, "--model", "fake-hang", "--num-prompts", "4",
-            "--concurrency", "2", "--max-duration", "0.5", "--no-progress"]
+    argv = [
+        "bench",
+        "--base-url",
+        fake_server_url,
+        "--model",
+        "fake-hang",
+        "--num-prompts",
+        "4",
+        "--concurrency",
+        "2",
+        "--max-duration",
+        "0.5",
+        "--no-progress",
+    ]
     assert tenor_main(argv) == 0  # abandoned at the limit is not a failure
     out = capsys.readouterr().out
     assert "0 ok, 0 failed, 2 cut off and 2 not sent at the time limit" in out

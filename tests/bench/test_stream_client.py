@@ -21,8 +21,14 @@ def _send(url: str, model: str, endpoint: str = "completions", timeout_s: float 
 
 def test_the_payload_is_greedy_streamed_and_asks_for_usage():
     body = build_payload(RequestParams("m", "completions", 128), "hi")
-    assert body == {"model": "m", "max_tokens": 128, "temperature": 0.0, "stream": True,
-                    "stream_options": {"include_usage": True}, "prompt": "hi"}
+    assert body == {
+        "model": "m",
+        "max_tokens": 128,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "prompt": "hi",
+    }
     chat = build_payload(RequestParams("m", "chat", 8, ignore_eos=True), "hi")
     assert chat["messages"] == [{"role": "user", "content": "hi"}] and chat["ignore_eos"] is True
     assert "prompt" not in chat

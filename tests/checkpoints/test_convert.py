@@ -79,8 +79,9 @@ def test_convert_saves_the_tokenizer(hf_dir, tmp_path):
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     backend.save(str(src / "tokenizer.json"))
-    (src / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>",
-                                                           "unk_token": "<unk>"}))
+    (src / "tokenizer_config.json").write_text(
+        json.dumps({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
+    )
     loaded = load_checkpoint(convert(src, tmp_path / "ckpt", progress=False))
     assert loaded.tokenizer_path == tmp_path / "ckpt" and (tmp_path / "ckpt" / "tokenizer.json").is_file()
     ids = load_tokenizer(loaded.tokenizer_path).encode("hello tenor world", add_special_tokens=False)

@@ -87,8 +87,11 @@ def test_unwritable_destination(tmp_path, monkeypatch):
 def test_refuses_bad_weights_before_writing(tmp_path):
     weights = random_weights(TINY_LLAMA)
     weights["layers.1.mlp.down.weight"] = torch.zeros(64, 127)
-    with pytest.raises(CheckpointError, match=r"tensor layers\.1\.mlp\.down\.weight has shape \[64, 127\], "
-                                              r"expected \[64, 128\]"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tensor layers\.1\.mlp\.down\.weight has shape \[64, 127\], "
+        r"expected \[64, 128\]",
+    ):
         save_checkpoint(tmp_path / "ckpt", TINY_LLAMA, weights)
     del weights["layers.1.mlp.down.weight"]
     with pytest.raises(CheckpointError, match=r"missing tensor layers\.1\.mlp\.down\.weight"):
@@ -123,12 +126,15 @@ def test_shape_mismatch_on_load(tmp_path):
         load_checkpoint(dst)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"format_version": 7}, "format_version 7 is not supported"),
-    ({"quantization": "fp4"}, "unsupported quantization 'fp4'"),
-    ({"num_heads": 0}, "num_heads must be a positive integer"),
-    ({"colour": "red"}, "unknown model config keys: colour"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"format_version": 7}, "format_version 7 is not supported"),
+        ({"quantization": "fp4"}, "unsupported quantization 'fp4'"),
+        ({"num_heads": 0}, "num_heads must be a positive integer"),
+        ({"colour": "red"}, "unknown model config keys: colour"),
+    ],
+)
 def test_bad_config(tmp_path, change, message):
     dst = save_checkpoint(tmp_path / "ckpt", TINY_LLAMA, random_weights(TINY_LLAMA))
     data = json.loads((dst / "config.json").read_text())

@@ -43,16 +43,19 @@ def test_float_gguf_matches_hf(tmp_path, tiny_hf):
     assert_matches_hf(loaded.weights, tiny_hf, llama_pieces(2, tied=False))
 
 
-@pytest.mark.parametrize("hf_types", [
-    {"q_proj": Q.Q8_0, "k_proj": Q.Q8_0, "v_proj": Q.Q8_0, "gate_proj": Q.Q8_0, "up_proj": Q.Q8_0},
-    {"q_proj": Q.Q8_0, "k_proj": Q.Q8_0, "gate_proj": Q.Q8_0, "up_proj": Q.BF16, "embed_tokens": Q.Q8_0},
-], ids=["same-type", "mixed"])
+@pytest.mark.parametrize(
+    "hf_types",
+    [
+        {"q_proj": Q.Q8_0, "k_proj": Q.Q8_0, "v_proj": Q.Q8_0, "gate_proj": Q.Q8_0, "up_proj": Q.Q8_0},
+        {"q_proj": Q.Q8_0, "k_proj": Q.Q8_0, "gate_proj": Q.Q8_0, "up_proj": Q.BF16, "embed_tokens": Q.Q8_0},
+    ],
+    ids=["same-type", "mixed"],
+)
 def test_quantized_types(tmp_path, tiny_hf, hf_types):
     """Quantized q/k rows are reordered before dequantizing and same-type pieces stacked raw;
     the result must equal what quantization alone does to each HF tensor."""
     by_suffix = {hf.split(".")[-2]: g for hf, g in LAYER_NAMES.items()} | {"embed_tokens": "token_embd.weight"}
-    loaded = load_gguf(_write(tmp_path / "m.gguf", tiny_hf,
-                              qtypes={by_suffix[k]: t for k, t in hf_types.items()}))
+    loaded = load_gguf(_write(tmp_path / "m.gguf", tiny_hf, qtypes={by_suffix[k]: t for k, t in hf_types.items()}))
     expected = {}
     for name, tensor in tiny_hf.items():
         qtype = hf_types.get(name.split(".")[-2])
@@ -77,8 +80,11 @@ def test_unsupported_quant_type(tmp_path, tiny_hf):
     path = _write(tmp_path / "m.gguf", tiny_hf)
     q8_1 = np.zeros((16, 40), dtype=np.uint8)  # blk.1.attn_v is [16, 32]
     copy_gguf(path, tmp_path / "q.gguf", replace={"blk.1.attn_v.weight": (q8_1, Q.Q8_1)})
-    with pytest.raises(CheckpointError, match=r"q\.gguf: tensor blk\.1\.attn_v\.weight has GGUF type Q8_1, "
-                                              r"which tenor cannot import"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"q\.gguf: tensor blk\.1\.attn_v\.weight has GGUF type Q8_1, "
+        r"which tenor cannot import",
+    ):
         load_gguf(tmp_path / "q.gguf")
 
 
@@ -96,8 +102,11 @@ def test_wrong_architecture_and_shapes(tmp_path, tiny_hf):
         load_gguf(_write(tmp_path / "m.gguf", tiny_hf, arch="gpt2"))
     bad = dict(tiny_hf)
     bad["model.layers.1.mlp.down_proj.weight"] = torch.zeros(32, 40)
-    with pytest.raises(CheckpointError, match=r"tensor blk\.1\.ffn_down\.weight has shape \[32, 40\], "
-                                                r"expected \[32, 48\]"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tensor blk\.1\.ffn_down\.weight has shape \[32, 40\], "
+        r"expected \[32, 48\]",
+    ):
         load_gguf(_write(tmp_path / "bad.gguf", bad))
     with pytest.raises(CheckpointError, match="llama3-style rope_freqs"):
         load_gguf(_write(tmp_path / "rope.gguf", tiny_hf, extra={"rope_freqs.weight": np.ones(4, np.float32)}))
@@ -112,8 +121,7 @@ def test_wrong_architecture_and_shapes(tmp_path, tiny_hf):
 
 def test_q8_k_dequantize():
     quants = np.arange(-128, 128, dtype=np.int8)
-    block = np.concatenate([np.array([0.5], np.float32).view(np.uint8), quants.view(np.uint8),
-                            np.zeros(32, np.uint8)])
+    block = np.concatenate([np.array([0.5], np.float32).view(np.uint8), quants.view(np.uint8), np.zeros(32, np.uint8)])
     data = np.stack([block, block])
     assert np.array_equal(_dequantize_q8_k(data), np.stack([quants * 0.5, quants * 0.5]).astype(np.float32))
 

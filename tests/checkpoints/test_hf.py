@@ -78,7 +78,13 @@ def test_gptj(tmp_path):
     loaded = load_hf(tmp_path)
     c = loaded.config
     assert (c.arch, c.hidden_size, c.intermediate_size, c.num_heads, c.head_dim, c.rotary_dim) == (
-        "gptj", 32, 128, 4, 8, 4)
+        "gptj",
+        32,
+        128,
+        4,
+        8,
+        4,
+    )
     assert c.max_position_embeddings == 128 and c.eos_token_ids == (2,)
     assert_matches_hf(loaded.weights, hf, gptj_pieces(2))
 
@@ -98,15 +104,18 @@ def test_mistral_sliding_window(tmp_path):
         load_hf(tmp_path / "windowed")
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"architectures": ["BertModel"]}, r"config\.json: unsupported architecture \['BertModel'\]"),
-    ({"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}}, "rope scaling 'yarn'"),
-    ({"attention_bias": True}, "attention_bias"),
-    ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
-    ({"num_attention_heads": 3}, "must be a multiple of num_kv_heads"),
-    ({"num_attention_heads": 0}, "num_attention_heads must be a positive integer, got 0"),
-    ({"hidden_size": -8}, "hidden_size must be a positive integer, got -8"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"architectures": ["BertModel"]}, r"config\.json: unsupported architecture \['BertModel'\]"),
+        ({"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}}, "rope scaling 'yarn'"),
+        ({"attention_bias": True}, "attention_bias"),
+        ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+        ({"num_attention_heads": 3}, "must be a multiple of num_kv_heads"),
+        ({"num_attention_heads": 0}, "num_attention_heads must be a positive integer, got 0"),
+        ({"hidden_size": -8}, "hidden_size must be a positive integer, got -8"),
+    ],
+)
 def test_bad_configs(llama_dir, tmp_path, change, message):
     path = _copy(llama_dir[0], tmp_path / "m", **change)
     with pytest.raises(CheckpointError, match=message) as err:
@@ -116,8 +125,11 @@ def test_bad_configs(llama_dir, tmp_path, change, message):
 
 def test_shape_mismatch_names_tensor(llama_dir, tmp_path):
     path = _copy(llama_dir[0], tmp_path / "m", intermediate_size=40)
-    with pytest.raises(CheckpointError, match=r"tensor model\.layers\.0\.mlp\.gate_proj\.weight has shape "
-                                              r"\[48, 32\], expected \[40, 32\]"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tensor model\.layers\.0\.mlp\.gate_proj\.weight has shape "
+        r"\[48, 32\], expected \[40, 32\]",
+    ):
         load_hf(path)
 
 

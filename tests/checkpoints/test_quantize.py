@@ -17,8 +17,9 @@ def _is_linear(name: str, linear: set[str]) -> bool:
     return name == "lm_head.weight" or any(name.endswith(suffix) for suffix in linear)
 
 
-@pytest.mark.parametrize("config, linear", [(TINY_LLAMA, LLAMA_LINEAR), (TINY_GPTJ, GPTJ_LINEAR)],
-                         ids=["llama", "gptj"])
+@pytest.mark.parametrize(
+    "config, linear", [(TINY_LLAMA, LLAMA_LINEAR), (TINY_GPTJ, GPTJ_LINEAR)], ids=["llama", "gptj"]
+)
 def test_quantized_names_dtypes_and_error(config, linear):
     weights = random_weights(config)
     q = quantize_weights(weights, config)

@@ -11,10 +11,14 @@ import torch
 
 # HF name (after "model.layers.{i}.") -> GGUF name (after "blk.{i}.")
 LAYER_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
 }
 
@@ -26,9 +30,17 @@ def llama_cpp_permute(weight: np.ndarray, heads: int) -> np.ndarray:
     return weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
-def write_llama_gguf(path: Path, hf: dict[str, torch.Tensor], *, heads: int, kv_heads: int,
-                     ffn: int, qtypes: dict[str, gguf.GGMLQuantizationType] | None = None,
-                     extra: dict[str, np.ndarray] | None = None, arch: str = "llama") -> None:
+def write_llama_gguf(
+    path: Path,
+    hf: dict[str, torch.Tensor],
+    *,
+    heads: int,
+    kv_heads: int,
+    ffn: int,
+    qtypes: dict[str, gguf.GGMLQuantizationType] | None = None,
+    extra: dict[str, np.ndarray] | None = None,
+    arch: str = "llama",
+) -> None:
     """A GGUF of the 2-layer HF llama state dict `hf`; qtypes: GGUF tensor suffix -> type."""
     qtypes = qtypes or {}
     embed = hf["model.embed_tokens.weight"].numpy()
@@ -65,9 +77,15 @@ def write_llama_gguf(path: Path, hf: dict[str, torch.Tensor], *, heads: int, kv_
     _finish(w)
 
 
-def copy_gguf(src: Path, dst: Path, *, layers: int | None = None, drop_arrays: bool = False,
-              drop_keys: tuple[str, ...] = (),
-              replace: dict[str, tuple[np.ndarray, gguf.GGMLQuantizationType]] | None = None) -> None:
+def copy_gguf(
+    src: Path,
+    dst: Path,
+    *,
+    layers: int | None = None,
+    drop_arrays: bool = False,
+    drop_keys: tuple[str, ...] = (),
+    replace: dict[str, tuple[np.ndarray, gguf.GGMLQuantizationType]] | None = None,
+) -> None:
     """`src` rewritten: cut to its first `layers` blocks, without array metadata (the
     tokenizer vocabularies) or some keys, or with some tensors' raw data and type replaced."""
     reader = gguf.GGUFReader(src)

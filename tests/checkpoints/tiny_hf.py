@@ -8,20 +8,43 @@ from pathlib import Path
 
 import torch
 
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 64}
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
 
 
-def make_llama(dst: Path, *, tie: bool = False, rope: dict | None = LLAMA3_ROPE, layout: str = "safetensors",
-               arch: str = "llama", seed: int = 0, **overrides) -> dict[str, torch.Tensor]:
+def make_llama(
+    dst: Path,
+    *,
+    tie: bool = False,
+    rope: dict | None = LLAMA3_ROPE,
+    layout: str = "safetensors",
+    arch: str = "llama",
+    seed: int = 0,
+    **overrides,
+) -> dict[str, torch.Tensor]:
     """A 2-layer GQA llama (4 heads, 2 kv heads) at `dst`; returns its HF state dict."""
     from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
     torch.manual_seed(seed)
-    kwargs = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                  rope_theta=50000.0, tie_word_embeddings=tie, bos_token_id=1, eos_token_id=[2, 3],
-                  rms_norm_eps=1e-5)
+    kwargs = dict(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rope_theta=50000.0,
+        tie_word_embeddings=tie,
+        bos_token_id=1,
+        eos_token_id=[2, 3],
+        rms_norm_eps=1e-5,
+    )
     if rope is not None:
         kwargs["rope_scaling"] = dict(rope)
     kwargs.update(overrides)
@@ -38,8 +61,11 @@ def make_gptj(dst: Path, *, layout: str = "safetensors", seed: int = 0) -> dict[
     from transformers import GPTJConfig, GPTJForCausalLM
 
     torch.manual_seed(seed)
-    model = GPTJForCausalLM(GPTJConfig(vocab_size=96, n_embd=32, n_layer=2, n_head=4, rotary_dim=4,
-                                       n_positions=128, bos_token_id=1, eos_token_id=2))
+    model = GPTJForCausalLM(
+        GPTJConfig(
+            vocab_size=96, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=128, bos_token_id=1, eos_token_id=2
+        )
+    )
     _save(model, dst, layout)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -60,7 +86,7 @@ def _save(model, dst: Path, layout: str) -> None:
             torch.save(state, dst / "pytorch_model.bin")
             return
         names = sorted(state)
-        halves = [names[: len(names) // 2], names[len(names) // 2:]]
+        halves = [names[: len(names) // 2], names[len(names) // 2 :]]
         weight_map = {}
         for i, half in enumerate(halves, start=1):
             filename = f"pytorch_model-{i:05d}-of-00002.bin"
@@ -89,8 +115,11 @@ def llama_pieces(num_layers: int, tied: bool) -> dict[str, list[str]]:
 
 def gptj_pieces(num_layers: int) -> dict[str, list[str]]:
     m: dict[str, list[str]] = {
-        "embed.weight": ["transformer.wte.weight"], "ln_f.weight": ["transformer.ln_f.weight"],
-        "ln_f.bias": ["transformer.ln_f.bias"], "lm_head.weight": ["lm_head.weight"], "lm_head.bias": ["lm_head.bias"],
+        "embed.weight": ["transformer.wte.weight"],
+        "ln_f.weight": ["transformer.ln_f.weight"],
+        "ln_f.bias": ["transformer.ln_f.bias"],
+        "lm_head.weight": ["lm_head.weight"],
+        "lm_head.bias": ["lm_head.bias"],
     }
     for i in range(num_layers):
         h = f"transformer.h.{i}"
@@ -104,15 +133,16 @@ def gptj_pieces(num_layers: int) -> dict[str, list[str]]:
     return m
 
 
-def assert_matches_hf(weights: dict[str, torch.Tensor], hf: dict[str, torch.Tensor],
-                      pieces: dict[str, list[str]]) -> None:
+def assert_matches_hf(
+    weights: dict[str, torch.Tensor], hf: dict[str, torch.Tensor], pieces: dict[str, list[str]]
+) -> None:
     """Every tenor tensor equals the HF tensors it was made from, fused pieces sliced back."""
     assert set(weights) == set(pieces)
     for name, sources in pieces.items():
         offset = 0
         for source in sources:
             rows = hf[source].shape[0]
-            piece = weights[name][offset:offset + rows]
+            piece = weights[name][offset : offset + rows]
             assert torch.equal(piece.to(hf[source].dtype), hf[source]), f"{name} rows {offset}.. != {source}"
             offset += rows
         assert offset == weights[name].shape[0], f"{name} has rows beyond its pieces"

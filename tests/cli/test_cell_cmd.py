@@ -61,32 +61,92 @@ def test_publish_ls_update_watch_unpublish(cell, capsys) -> None:
     assert code == 0 and "| 0 |" not in out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["publish", MODEL, "test.Nope", "None", "1"], "unknown model config 'test.Nope'"),
-    (["publish", "/tenor/cli", "test.TinyLlamaRandom", "None", "1"], "bad model name '/tenor/cli'"),
-    (["publish", MODEL, "test.TinyLlamaRandom", "None", "-1"], "replica count must be >= 0, got -1"),
-    (["publish", MODEL, "test.TinyLlamaRandom", "None", "two"], "replica count must be a whole number"),
-    (["publish", MODEL, "test.TinyLlamaRandom", "None", "1", "oops"], "overrides must look like key=value"),
-    (["publish", MODEL, "llama.SmolLM2_135M_Instruct", "None", "1", "dtype=int3"], "dtype must be one of"),
-    (["update", MODEL], "nothing to update"),
-    (["update", "/tenor/cli/absent", "--replicas", "1"], "model /tenor/cli/absent is not published"),
-    (["unpublish", "/tenor/cli/absent"], "model /tenor/cli/absent is not published"),
-    (["ls", "/tenor/cli/absent"], "model /tenor/cli/absent is not published"),
-    (["ls", "/sax/cli"], "bad cell or model name"),
-    (["publish", MODEL, "test.TinyLlamaRandom", "None", "2", "prefill_replicas=1", "decode_replicas=1"],
-     "prefill_replicas needs disaggregated=true"),
-    (["publish", MODEL, "test.TinyLlamaRandom", "None", "0", "disaggregated=true", "prefill_replicas=-1",
-      "decode_replicas=1"], "prefill_replicas must be >= 1 with disaggregated=true, got -1"),
-    (["publish", MODEL, "test.TinyLlamaRandom", "None", "2", "disaggregated=true", "prefill_replicas=1.5",
-      "decode_replicas=1"], "prefill_replicas must be a whole number >= 1, got '1.5'"),
-    (["publish", MODEL, "test.TinyLlamaRandom", "None", "1", "disaggregated=true", "prefill_replicas=1",
-      "decode_replicas=0"], "decode_replicas must be >= 1"),
-    (["publish", MODEL, "test.TinyLlamaRandom", "None", "3", "disaggregated=true", "prefill_replicas=1",
-      "decode_replicas=1"], "replica count 3 must equal prefill_replicas + decode_replicas (1 + 1 = 2)"),
-    (["publish", MODEL, "test.LmSpmdRandom", "None", "2", "disaggregated=true", "prefill_replicas=1",
-      "decode_replicas=1"], "runs only on model-server groups of 2, which cannot move KV blocks"),
-    (["update", MODEL, "decode_replicas=x"], "decode_replicas must be a whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["publish", MODEL, "test.Nope", "None", "1"], "unknown model config 'test.Nope'"),
+        (["publish", "/tenor/cli", "test.TinyLlamaRandom", "None", "1"], "bad model name '/tenor/cli'"),
+        (["publish", MODEL, "test.TinyLlamaRandom", "None", "-1"], "replica count must be >= 0, got -1"),
+        (["publish", MODEL, "test.TinyLlamaRandom", "None", "two"], "replica count must be a whole number"),
+        (["publish", MODEL, "test.TinyLlamaRandom", "None", "1", "oops"], "overrides must look like key=value"),
+        (["publish", MODEL, "llama.SmolLM2_135M_Instruct", "None", "1", "dtype=int3"], "dtype must be one of"),
+        (["update", MODEL], "nothing to update"),
+        (["update", "/tenor/cli/absent", "--replicas", "1"], "model /tenor/cli/absent is not published"),
+        (["unpublish", "/tenor/cli/absent"], "model /tenor/cli/absent is not published"),
+        (["ls", "/tenor/cli/absent"], "model /tenor/cli/absent is not published"),
+        (["ls", "/sax/cli"], "bad cell or model name"),
+        (
+            ["publish", MODEL, "test.TinyLlamaRandom", "None", "2", "prefill_replicas=1", "decode_replicas=1"],
+            "prefill_replicas needs disaggregated=true",
+        ),
+        (
+            [
+                "publish",
+                MODEL,
+                "test.TinyLlamaRandom",
+                "None",
+                "0",
+                "disaggregated=true",
+                "prefill_replicas=-1",
+                "decode_replicas=1",
+            ],
+            "prefill_replicas must be >= 1 with disaggregated=true, got -1",
+        ),
+        (
+            [
+                "publish",
+                MODEL,
+                "test.TinyLlamaRandom",
+                "None",
+                "2",
+                "disaggregated=true",
+                "prefill_replicas=1.5",
+                "decode_replicas=1",
+            ],
+            "prefill_replicas must be a whole number >= 1, got '1.5'",
+        ),
+        (
+            [
+                "publish",
+                MODEL,
+                "test.TinyLlamaRandom",
+                "None",
+                "1",
+                "disaggregated=true",
+                "prefill_replicas=1",
+                "decode_replicas=0",
+            ],
+            "decode_replicas must be >= 1",
+        ),
+        (
+            [
+                "publish",
+                MODEL,
+                "test.TinyLlamaRandom",
+                "None",
+                "3",
+                "disaggregated=true",
+                "prefill_replicas=1",
+                "decode_replicas=1",
+            ],
+            "replica count 3 must equal prefill_replicas + decode_replicas (1 + 1 = 2)",
+        ),
+        (
+            [
+                "publish",
+                MODEL,
+                "test.LmSpmdRandom",
+                "None",
+                "2",
+                "disaggregated=true",
+                "prefill_replicas=1",
+                "decode_replicas=1",
+            ],
+            "runs only on model-server groups of 2, which cannot move KV blocks",
+        ),
+        (["update", MODEL, "decode_replicas=x"], "decode_replicas must be a whole number >= 1"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(shared_root, capsys, argv, message) -> None:
     code, out, err = run(capsys, *argv, "--root", shared_root)
     assert code == 2 and out == ""
@@ -95,8 +155,16 @@ def test_bad_input_is_one_line_and_exit_2(shared_root, capsys, argv, message) ->
 
 def test_publish_disaggregated_and_ls_shows_roles(cell, capsys) -> None:
     root, servers = cell
-    argv = ["publish", MODEL, "test.TinyLlamaRandom", "None", "2", "disaggregated=true", "prefill_replicas=1",
-            "decode_replicas=1"]
+    argv = [
+        "publish",
+        MODEL,
+        "test.TinyLlamaRandom",
+        "None",
+        "2",
+        "disaggregated=true",
+        "prefill_replicas=1",
+        "decode_replicas=1",
+    ]
     assert run(capsys, *argv) == (0, "", "")
 
     def listed() -> str:

@@ -6,21 +6,46 @@ import sys
 
 
 def tenor(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tenor.cli.main", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "tenor.cli.main", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_json_samples_with_scores():
-    out = tenor("generate", "--model", "test.TinyLlamaRandom", "--max-tokens", "5", "--num-samples", "2",
-                "--temperature", "0.9", "--seed", "3", "--json", "hello")
+    out = tenor(
+        "generate",
+        "--model",
+        "test.TinyLlamaRandom",
+        "--max-tokens",
+        "5",
+        "--num-samples",
+        "2",
+        "--temperature",
+        "0.9",
+        "--seed",
+        "3",
+        "--json",
+        "hello",
+    )
     assert out.returncode == 0, out.stderr
     samples = [json.loads(line) for line in out.stdout.splitlines()]
     assert len(samples) == 2
     for sample in samples:
         assert len(sample["token_ids"]) == 5 and sample["score"] < 0 and isinstance(sample["text"], str)
     assert samples[0]["score"] >= samples[1]["score"]  # best first
-    again = tenor("generate", "--model", "test.TinyLlamaRandom", "--max-tokens", "5", "--num-samples", "2",
-                  "--temperature", "0.9", "--seed", "3", "--json", "hello")
+    again = tenor(
+        "generate",
+        "--model",
+        "test.TinyLlamaRandom",
+        "--max-tokens",
+        "5",
+        "--num-samples",
+        "2",
+        "--temperature",
+        "0.9",
+        "--seed",
+        "3",
+        "--json",
+        "hello",
+    )
     assert again.stdout == out.stdout  # seeded: reproducible across processes
 
 
@@ -32,10 +57,13 @@ def test_tokenized_model_takes_and_returns_ids():
 
 
 def test_bad_input_is_one_line():
-    for args in (["--model", "no.SuchModel", "hi"], ["--model", "/no/such/dir", "hi"],
-                 ["--model", "test.TinyLlamaRandom", "--max-tokens", "0", "hi"],
-                 ["--model", "test.TinyLlamaRandom", "--temperature", "-1", "hi"],
-                 ["--model", "test.LmSpmdRandom", "1,x,3"]):
+    for args in (
+        ["--model", "no.SuchModel", "hi"],
+        ["--model", "/no/such/dir", "hi"],
+        ["--model", "test.TinyLlamaRandom", "--max-tokens", "0", "hi"],
+        ["--model", "test.TinyLlamaRandom", "--temperature", "-1", "hi"],
+        ["--model", "test.LmSpmdRandom", "1,x,3"],
+    ):
         out = tenor("generate", *args)
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.startswith("tenor: error: ") and out.stderr.count("\n") == 1, out.stderr

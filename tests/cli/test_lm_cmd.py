@@ -36,18 +36,22 @@ def test_generate_prints_the_saxutil_table(server, capsys):
     )
     assert (code, err) == (0, "")
     assert out == (
-        "+----------+-------+\n"
-        "| GENERATE | SCORE |\n"
-        "+----------+-------+\n"
-        "| defg     |    -2 |\n"
-        "+----------+-------+\n"
+        "+----------+-------+\n| GENERATE | SCORE |\n+----------+-------+\n| defg     |    -2 |\n+----------+-------+\n"
     )
 
 
 def test_generate_n_samples(server, capsys):
     code, out, _ = run_cli(
-        capsys, "lm.generate", "-n", "3", "--addresses", server.address, "--extra", "per_example_max_decode_steps:2",
-        MODEL, "a",
+        capsys,
+        "lm.generate",
+        "-n",
+        "3",
+        "--addresses",
+        server.address,
+        "--extra",
+        "per_example_max_decode_steps:2",
+        MODEL,
+        "a",
     )
     assert code == 0
     rows = [line for line in out.splitlines() if line.startswith("| ") and "GENERATE" not in line]
@@ -56,8 +60,15 @@ def test_generate_n_samples(server, capsys):
 
 def test_generate_stream_prints_text_then_score(server, capsys):
     code, out, _ = run_cli(
-        capsys, "lm.generate", "--stream", "--addresses", server.address, "--extra", "per_example_max_decode_steps:4",
-        MODEL, "abc",
+        capsys,
+        "lm.generate",
+        "--stream",
+        "--addresses",
+        server.address,
+        "--extra",
+        "per_example_max_decode_steps:4",
+        MODEL,
+        "abc",
     )
     assert code == 0
     assert out == "defg\n\nScore: -2\n"
@@ -65,8 +76,17 @@ def test_generate_stream_prints_text_then_score(server, capsys):
 
 def test_generate_stream_several_samples(server, capsys):
     code, out, _ = run_cli(
-        capsys, "lm.generate", "--stream", "-n", "2", "--addresses", server.address,
-        "--extra", "per_example_max_decode_steps:2", MODEL, "a",
+        capsys,
+        "lm.generate",
+        "--stream",
+        "-n",
+        "2",
+        "--addresses",
+        server.address,
+        "--extra",
+        "per_example_max_decode_steps:2",
+        MODEL,
+        "a",
     )
     assert code == 0
     assert out == "bc\n\ncd\n\nScores: -1, -1\n"
@@ -105,7 +125,10 @@ def test_no_root_is_a_one_line_error(capsys, monkeypatch):
 
 def test_parse_extra_follows_saxutil():
     assert parse_extra("temperature:0.5,seed:3,mode:'fast',name:abc") == {
-        "temperature": 0.5, "seed": 3.0, "mode": "fast", "name": "abc"
+        "temperature": 0.5,
+        "seed": 3.0,
+        "mode": "fast",
+        "name": "abc",
     }
     assert parse_extra("") == {}
     with pytest.raises(UserError):

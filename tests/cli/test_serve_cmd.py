@@ -42,14 +42,21 @@ def test_serve_answers_both_apis_and_drains_on_sigterm():
             assert answer.status_code == 200
             assert isinstance(answer.json()["response"], str) and answer.json()["response"]
 
-            chat = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
-                                                               "max_tokens": 4, "model": match.group(1)})
+            chat = client.post(
+                "/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "model": match.group(1)},
+            )
             assert chat.status_code == 200 and chat.json()["usage"]["completion_tokens"] >= 1
 
-            body = {"prompt": "abc", "max_tokens": 500, "ignore_eos": True, "stream": True,
-                    "stream_options": {"include_usage": True}}
+            body = {
+                "prompt": "abc",
+                "max_tokens": 500,
+                "ignore_eos": True,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
             with client.stream("POST", "/v1/completions", json=body) as response:
-                events = (line[len("data: "):] for line in response.iter_lines() if line)
+                events = (line[len("data: ") :] for line in response.iter_lines() if line)
                 next(events)  # decoding has begun
                 server.signal(signal.SIGTERM)
                 rest = list(events)

@@ -60,8 +60,9 @@ class Servers:
         return f"answer from {address}"
 
 
-@pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                  grpc.StatusCode.NOT_FOUND])
+@pytest.mark.parametrize(
+    "code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.NOT_FOUND]
+)
 def test_retryable_error_is_retried_on_the_other_replica(code):
     clock = FakeClock()
     calls = []

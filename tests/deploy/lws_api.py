@@ -19,9 +19,12 @@ LEADER_WORKER_TEMPLATE = {
         "size": _POSITIVE,
         "restartPolicy": {"enum": ["Default", "RecreateGroupOnPodRestart", "RecreateGroupAfterStart", "None"]},
         "subGroupPolicy": {
-            "type": "object", "additionalProperties": False,
-            "properties": {"subGroupPolicyType": {"enum": ["LeaderWorker", "LeaderExcluded"]},
-                           "subGroupSize": _POSITIVE},
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "subGroupPolicyType": {"enum": ["LeaderWorker", "LeaderExcluded"]},
+                "subGroupSize": _POSITIVE,
+            },
         },
         "volumeClaimTemplates": {"type": "array", "items": {"type": "object"}},
         "persistentVolumeClaimRetentionPolicy": {"type": "object"},
@@ -44,19 +47,26 @@ LEADER_WORKER_SET = {
                 "replicas": {"type": "integer", "minimum": 0},
                 "leaderWorkerTemplate": LEADER_WORKER_TEMPLATE,
                 "rolloutStrategy": {
-                    "type": "object", "additionalProperties": False, "required": ["type"],
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["type"],
                     "properties": {
                         "type": {"enum": ["RollingUpdate"]},
                         "rollingUpdateConfiguration": {
-                            "type": "object", "additionalProperties": False,
-                            "properties": {"partition": {"type": "integer", "minimum": 0},
-                                           "maxUnavailable": _INT_OR_STRING, "maxSurge": _INT_OR_STRING},
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "partition": {"type": "integer", "minimum": 0},
+                                "maxUnavailable": _INT_OR_STRING,
+                                "maxSurge": _INT_OR_STRING,
+                            },
                         },
                     },
                 },
                 "startupPolicy": {"enum": ["LeaderCreated", "LeaderReady"]},
                 "networkConfig": {
-                    "type": "object", "additionalProperties": False,
+                    "type": "object",
+                    "additionalProperties": False,
                     "properties": {"subdomainPolicy": {"enum": ["Shared", "UniquePerReplica"]}},
                 },
             },

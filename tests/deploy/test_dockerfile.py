@@ -37,13 +37,13 @@ def test_the_image_runs_the_readme_setup_then_serves(name) -> None:
     copied = [i for i, (kind, _) in enumerate(steps) if kind == "COPY"]
     assert copied and steps[copied[0]][1] == ". ."  # the repository, as a clone of it
     # After the repository is in, the RUN steps are exactly the README's setup commands.
-    runs = [shlex.split(value) for kind, value in steps[copied[0]:] if kind == "RUN"]
+    runs = [shlex.split(value) for kind, value in steps[copied[0] :] if kind == "RUN"]
     assert runs == setup
     entrypoint = next(json_list(v) for k, v in steps if k == "ENTRYPOINT")
     command = next(json_list(v) for k, v in steps if k == "CMD")
     # The README's serve command, bound to every interface (a container's port must be reachable).
     assert (entrypoint + command)[: len(serve)] == serve
-    assert (entrypoint + command)[len(serve):] == ["--host", "0.0.0.0"]
+    assert (entrypoint + command)[len(serve) :] == ["--host", "0.0.0.0"]
     assert ("EXPOSE", "8000") in steps
 
 

@@ -43,8 +43,13 @@ def tenor_containers(doc: dict) -> list[dict]:
 
 
 def test_every_expected_manifest_is_there() -> None:
-    assert {p.name for p in MANIFESTS} == {"etcd.yaml", "admin.yaml", "model-servers.yaml", "serve.yaml",
-                                           "disaggregated.yaml"}
+    assert {p.name for p in MANIFESTS} == {
+        "etcd.yaml",
+        "admin.yaml",
+        "model-servers.yaml",
+        "serve.yaml",
+        "disaggregated.yaml",
+    }
 
 
 @pytest.mark.parametrize("name, doc", all_documents(), ids=lambda v: v if isinstance(v, str) else v["kind"])
@@ -75,8 +80,11 @@ def test_the_validators_catch_mistakes() -> None:
         kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("name, doc", [(n, d) for n, d in all_documents() if tenor_containers(d)],
-                         ids=lambda v: v if isinstance(v, str) else v["metadata"]["name"])
+@pytest.mark.parametrize(
+    "name, doc",
+    [(n, d) for n, d in all_documents() if tenor_containers(d)],
+    ids=lambda v: v if isinstance(v, str) else v["metadata"]["name"],
+)
 def test_tenor_command_lines_parse_and_are_wired(name, doc) -> None:
     parser = build_parser()
     for template in pod_templates(doc):

@@ -23,20 +23,22 @@ pytestmark = pytest.mark.slow
 # Float weights: with int8 ones (the default where bf16 is emulated) a prompt's last partial block,
 # run on the decode side, goes through the few-row int8 kernel where the interleaved engine's
 # whole-prompt prefill takes the fp16 GEMM, and the two round differently.
-SERVABLE = dataclasses.replace(registry.get(registry.DEFAULT_MODEL), dtype="float32", quantize="none",
-                               max_batch_size=8)
+SERVABLE = dataclasses.replace(registry.get(registry.DEFAULT_MODEL), dtype="float32", quantize="none", max_batch_size=8)
 PROMPTS = [
     "Once upon a time, in a small village by the sea, there lived an old fisherman who every morning",
     "Explain in simple words why the sky is blue, and why sunsets are red and orange instead of blue:",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number, computed iteratively.\"\"\"\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number, computed iteratively."""\n',
 ]
 SAMPLINGS = [dict(max_tokens=24), dict(max_tokens=16, n=2, temperature=0.8, seed=11, logprobs=1)]
 
 
 async def outputs(stream, with_logprobs: bool):
     out = [o async for o in stream]
-    return [(d.index, d.token_ids, d.text) + ((round(d.cumulative_logprob, 3),) if with_logprobs else ())
-            for o in out for d in o.deltas]
+    return [
+        (d.index, d.token_ids, d.text) + ((round(d.cumulative_logprob, 3),) if with_logprobs else ())
+        for o in out
+        for d in o.deltas
+    ]
 
 
 @pytest.mark.parametrize("quantize_kv_cache", [False, True], ids=["float32-kv", "int8-kv"])
@@ -64,8 +66,12 @@ def test_disaggregated_equals_interleaved(quantize_kv_cache):
                     # decoder to the quantized blocks (as on any prefix-cache hit): same tokens,
                     # logprobs a little apart. float32: equal logprobs too.
                     exact = not quantize_kv_cache
-                    pairs.append((await outputs(disaggregated.generate(request), exact),
-                                  await outputs(interleaved.generate(request), exact)))
+                    pairs.append(
+                        (
+                            await outputs(disaggregated.generate(request), exact),
+                            await outputs(interleaved.generate(request), exact),
+                        )
+                    )
         finally:
             await transfer.close()
             await server.stop(None)

@@ -24,7 +24,8 @@ async def loaded_server(role: str = "", **config) -> ModelServer:
     await server.start(join=False)
     async with server.access.aio_channel(server.address) as channel:
         await modelet_pb2_grpc.ModeletStub(channel).Load(
-            modelet_pb2.LoadRequest(model_name=MODEL, config_name="test.TinyLlamaRandom", role=role))
+            modelet_pb2.LoadRequest(model_name=MODEL, config_name="test.TinyLlamaRandom", role=role)
+        )
     return server
 
 
@@ -35,11 +36,13 @@ async def status(server: ModelServer) -> modelet_pb2.ModelState:
 
 
 async def generate(server: ModelServer, text: str) -> list[str]:
-    extra = lm_pb2.ExtraInputs(items={"per_example_max_decode_steps": 12, "num_samples": 2,
-                                      "temperature": 0.9, "seed": 5})
+    extra = lm_pb2.ExtraInputs(
+        items={"per_example_max_decode_steps": 12, "num_samples": 2, "temperature": 0.9, "seed": 5}
+    )
     async with server.access.aio_channel(server.address) as channel:
         reply = await lm_pb2_grpc.LMServiceStub(channel).Generate(
-            lm_pb2.GenerateRequest(model_key=MODEL, text=text, extra_inputs=extra))
+            lm_pb2.GenerateRequest(model_key=MODEL, text=text, extra_inputs=extra)
+        )
     return [t.text for t in reply.texts]
 
 
@@ -74,6 +77,7 @@ def test_decode_server_prefills_on_the_prefill_server():
 def test_roles_as_loaded_are_reported_and_a_decode_replica_without_prefill_replicas_prefills_locally():
     """Placed as the admin would: "prefill" runs the engine as it is, "decode" wraps it (here
     no admin answers WatchLoc, so no prefill replica is known and it prefills locally)."""
+
     async def main():
         prefill = await loaded_server(role="prefill")
         decode = await loaded_server(role="decode")
@@ -100,8 +104,9 @@ def test_a_role_the_server_or_engine_cannot_take_fails_the_load_in_one_line():
         try:
             async with server.access.aio_channel(server.address) as channel:
                 with pytest.raises(grpc.aio.AioRpcError) as info:
-                    await modelet_pb2_grpc.ModeletStub(channel).Load(modelet_pb2.LoadRequest(
-                        model_name=MODEL, config_name="test.TinyLlamaRandom", role="sideways"))
+                    await modelet_pb2_grpc.ModeletStub(channel).Load(
+                        modelet_pb2.LoadRequest(model_name=MODEL, config_name="test.TinyLlamaRandom", role="sideways")
+                    )
             return info.value
         finally:
             await server.stop()

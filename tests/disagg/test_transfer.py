@@ -70,6 +70,7 @@ def corrupt_once():
                 data[0] ^= 1
                 chunk = pb.KVChunk(data=bytes(data))
             yield chunk
+
     return fault
 
 
@@ -144,9 +145,11 @@ def test_prefill_server_refuses_bad_input():
         codes = []
         async with grpc.aio.insecure_channel(target) as channel:
             stub = pb_grpc.KVTransferStub(channel)
-            for req in (pb.PrefillRequest(model_key="/tenor/test/nope", prompt_token_ids=[3, 4]),
-                        pb.PrefillRequest(model_key=KEY, prompt_token_ids=[3, 4], skip_blocks=-1),
-                        pb.PrefillRequest(model_key=KEY, prompt_token_ids=[99999])):
+            for req in (
+                pb.PrefillRequest(model_key="/tenor/test/nope", prompt_token_ids=[3, 4]),
+                pb.PrefillRequest(model_key=KEY, prompt_token_ids=[3, 4], skip_blocks=-1),
+                pb.PrefillRequest(model_key=KEY, prompt_token_ids=[99999]),
+            ):
                 try:
                     async for _ in stub.Prefill(req):
                         pass
@@ -181,8 +184,10 @@ def test_decode_engine_refuses_bad_input_and_overload_before_any_transfer():
                 decoder.generate(GenerateRequest("r", prompt, SamplingParams(max_tokens=4)))
             except InvalidRequestError as exc:
                 errors.append(type(exc).__name__)
-        streams = [engine.generate(GenerateRequest(f"r{i}", (5, 6, 7), SamplingParams(max_tokens=50, ignore_eos=True)))
-                   for i in range(TINY.max_batch_size)]
+        streams = [
+            engine.generate(GenerateRequest(f"r{i}", (5, 6, 7), SamplingParams(max_tokens=50, ignore_eos=True)))
+            for i in range(TINY.max_batch_size)
+        ]
         try:
             decoder.generate(GenerateRequest("r", PROMPT, SamplingParams(max_tokens=4)))
         except OverloadedError as exc:

@@ -38,8 +38,10 @@ def all_free(engine) -> bool:
 
 @pytest.mark.parametrize("quantize_kv_cache", [False, True])
 def test_disaggregated_tokens_equal_interleaved(quantize_kv_cache):
-    sampling = [dict(max_tokens=10, ignore_eos=True),
-                dict(max_tokens=10, ignore_eos=True, n=2, temperature=0.8, seed=7, logprobs=2)]
+    sampling = [
+        dict(max_tokens=10, ignore_eos=True),
+        dict(max_tokens=10, ignore_eos=True, n=2, temperature=0.8, seed=7, logprobs=2),
+    ]
 
     async def main():
         prefill, decoder, interleaved = (make_engine(quantize_kv_cache=quantize_kv_cache) for _ in range(3))
@@ -104,8 +106,9 @@ def test_unusable_blocks_are_discarded_and_the_prompt_computed_locally():
         await interleaved.start()
         wrong_shape = KVBlocks(16, 0, torch.zeros(1, 2, 2, 2, 16, 16), None)
         past_prompt = KVBlocks(16, 2, torch.zeros(2, 2, 2, 1, 16, 16), None)
-        got = [await tokens_of(decoder, prompt, bad, max_tokens=5, ignore_eos=True)
-               for bad in (wrong_shape, past_prompt)]
+        got = [
+            await tokens_of(decoder, prompt, bad, max_tokens=5, ignore_eos=True) for bad in (wrong_shape, past_prompt)
+        ]
         want = await tokens_of(interleaved, prompt, max_tokens=5, ignore_eos=True)
         free = all_free(decoder)
         await decoder.stop()
@@ -125,8 +128,9 @@ def test_aborted_request_releases_imported_blocks():
         await prefill.start()
         await decoder.start()
         moved = over_the_wire(await prefill.prefill_export(prompt))
-        stream = decoder.generate(GenerateRequest("r", prompt, SamplingParams(max_tokens=200, ignore_eos=True)),
-                                  incoming_kv=moved)
+        stream = decoder.generate(
+            GenerateRequest("r", prompt, SamplingParams(max_tokens=200, ignore_eos=True)), incoming_kv=moved
+        )
         await stream.__anext__()
         await stream.aclose()  # the caller goes away mid-stream
         for _ in range(100):

@@ -64,8 +64,7 @@ def test_chunked_prefill_and_preemption_do_not_change_tokens():
     async def generate_all(prompts, max_tokens=20, **options):
         engine = make_engine(long_servable, **options)
         await engine.start()
-        results = await asyncio.gather(*(collect(engine, p, max_tokens=max_tokens, ignore_eos=True)
-                                         for p in prompts))
+        results = await asyncio.gather(*(collect(engine, p, max_tokens=max_tokens, ignore_eos=True) for p in prompts))
         stats = engine.stats()
         await engine.stop()
         return [r[0] for r in results], stats
@@ -138,8 +137,9 @@ def test_stops_and_logprobs():
         tokens, texts, _ = await collect(engine, "hello", max_tokens=8, ignore_eos=True)
         stop_id = await collect(engine, "hello", max_tokens=8, stop_token_ids=(tokens[0][2],), ignore_eos=True)
         text = texts[0]
-        stop_str = await collect(engine, "hello", max_tokens=8, stop=(text[3:5],), ignore_eos=True) if len(
-            text) >= 5 else None
+        stop_str = (
+            await collect(engine, "hello", max_tokens=8, stop=(text[3:5],), ignore_eos=True) if len(text) >= 5 else None
+        )
         lp = await collect(engine, "hello", max_tokens=3, logprobs=2, ignore_eos=True)
         await engine.stop()
         return tokens, text, stop_id, stop_str, lp
@@ -159,8 +159,10 @@ def test_abort_frees_slot_and_kv_and_overload_is_reported():
         engine = make_engine(max_waiting=1)
         await engine.start()
         ids = tuple(engine.tokenizer.encode("abc"))
-        streams = [engine.generate(GenerateRequest(f"r{i}", ids, SamplingParams(max_tokens=400, ignore_eos=True)))
-                   for i in range(TINY.max_batch_size + 1)]
+        streams = [
+            engine.generate(GenerateRequest(f"r{i}", ids, SamplingParams(max_tokens=400, ignore_eos=True)))
+            for i in range(TINY.max_batch_size + 1)
+        ]
         with pytest.raises(OverloadedError):
             engine.generate(GenerateRequest("extra", ids, SamplingParams(max_tokens=4)))
         first = await streams[0].__anext__()

@@ -9,8 +9,9 @@ from tenor.engine.sequence import SeqStatus, Sequence
 
 
 def seq(name: str, prompt_len: int, first_token: int = 10, max_tokens: int = 8) -> Sequence:
-    return Sequence(name, 0, list(range(first_token, first_token + prompt_len)), prompt_len,
-                    SamplingParams(max_tokens=max_tokens))
+    return Sequence(
+        name, 0, list(range(first_token, first_token + prompt_len)), prompt_len, SamplingParams(max_tokens=max_tokens)
+    )
 
 
 def make(num_blocks=16, block_size=4, max_seqs=4, budget=16, watermark=0) -> Scheduler:

@@ -39,19 +39,52 @@ def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05)
 class AdminProcess:
     """One `tenor admin serve` process. Use as a context manager (killed on exit)."""
 
-    def __init__(self, root: str, cell: str, *, poll_interval: float = 0.2, prune_after: float = 1.0,
-                 startup_grace: float = 0.3, election_retry: float = 0.1, etcd_ttl: int | None = None,
-                 max_load_attempts: int = 3, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        root: str,
+        cell: str,
+        *,
+        poll_interval: float = 0.2,
+        prune_after: float = 1.0,
+        startup_grace: float = 0.3,
+        election_retry: float = 0.1,
+        etcd_ttl: int | None = None,
+        max_load_attempts: int = 3,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         self.root = root
         self.cell = cell
         self.port = free_port()
         self.http_port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.args = [sys.executable, "-m", "tenor.cli.main", "admin", "serve", "--cell", cell, "--root", root,
-                     "--port", str(self.port), "--http-port", str(self.http_port),
-                     "--poll-interval", str(poll_interval), "--prune-after", str(prune_after),
-                     "--startup-grace", str(startup_grace), "--election-retry", str(election_retry),
-                     "--max-load-attempts", str(max_load_attempts), "--log-level", "INFO", *extra_args]
+        self.args = [
+            sys.executable,
+            "-m",
+            "tenor.cli.main",
+            "admin",
+            "serve",
+            "--cell",
+            cell,
+            "--root",
+            root,
+            "--port",
+            str(self.port),
+            "--http-port",
+            str(self.http_port),
+            "--poll-interval",
+            str(poll_interval),
+            "--prune-after",
+            str(prune_after),
+            "--startup-grace",
+            str(startup_grace),
+            "--election-retry",
+            str(election_retry),
+            "--max-load-attempts",
+            str(max_load_attempts),
+            "--log-level",
+            "INFO",
+            *extra_args,
+        ]
         if etcd_ttl is not None:
             self.args += ["--etcd-ttl", str(etcd_ttl)]
         self._log = tempfile.NamedTemporaryFile(prefix="tenor-admin-", suffix=".log", delete=False)
@@ -79,8 +112,9 @@ class AdminProcess:
         return self
 
     def wait_serving(self, timeout_s: float = 15.0) -> "AdminProcess":
-        wait_until(lambda: self._check_alive() or "serving" in self.output(), timeout_s,
-                   f"admin {self.address} to serve")
+        wait_until(
+            lambda: self._check_alive() or "serving" in self.output(), timeout_s, f"admin {self.address} to serve"
+        )
         return self
 
     def _check_alive(self) -> bool:

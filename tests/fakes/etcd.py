@@ -33,11 +33,26 @@ class EtcdServer:
         client = f"http://{self.endpoint}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         self.proc = subprocess.Popen(
-            ["etcd", "--name", "tenor-test", "--data-dir", str(self.data_dir / "etcd"),
-             "--listen-client-urls", client, "--advertise-client-urls", client,
-             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", f"tenor-test={peer}"],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            [
+                "etcd",
+                "--name",
+                "tenor-test",
+                "--data-dir",
+                str(self.data_dir / "etcd"),
+                "--listen-client-urls",
+                client,
+                "--advertise-client-urls",
+                client,
+                "--listen-peer-urls",
+                peer,
+                "--initial-advertise-peer-urls",
+                peer,
+                "--initial-cluster",
+                f"tenor-test={peer}",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:

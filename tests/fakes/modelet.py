@@ -61,8 +61,9 @@ class FakeModelet(modelet_pb2_grpc.ModeletServicer):
             current = self.models.get(request.model_name)
             if current is not None and current.status == common_pb2.LOADED:
                 return modelet_pb2.LoadResponse()
-            model = FakeModel(request.config_name, request.checkpoint, dict(request.overrides),
-                              role=request.role or "both")
+            model = FakeModel(
+                request.config_name, request.checkpoint, dict(request.overrides), role=request.role or "both"
+            )
             self.models[request.model_name] = model
             self.loads[request.model_name] += 1
         self._finish_load(request.model_name, model, context)
@@ -87,10 +88,20 @@ class FakeModelet(modelet_pb2_grpc.ModeletServicer):
 
     def GetStatus(self, request, context):
         with self.lock:
-            models = [modelet_pb2.ModelState(model_name=n, config_name=m.config_name, checkpoint=m.checkpoint,
-                                             status=m.status, failure_reason=m.failure_reason, queue_depth=1,
-                                             latency_p50_ms=12.0, loaded_at=m.loaded_at, role=m.role)
-                      for n, m in sorted(self.models.items())]
+            models = [
+                modelet_pb2.ModelState(
+                    model_name=n,
+                    config_name=m.config_name,
+                    checkpoint=m.checkpoint,
+                    status=m.status,
+                    failure_reason=m.failure_reason,
+                    queue_depth=1,
+                    latency_p50_ms=12.0,
+                    loaded_at=m.loaded_at,
+                    role=m.role,
+                )
+                for n, m in sorted(self.models.items())
+            ]
         return modelet_pb2.GetStatusResponse(models=models, server=modelet_pb2.ServerStats(uptime_s=1.0))
 
     def status_of(self, name: str) -> int:
@@ -102,9 +113,18 @@ class FakeModelet(modelet_pb2_grpc.ModeletServicer):
 class FakeModelServer:
     """Context manager; `kill()` stops answering at once, as a crashed process would."""
 
-    def __init__(self, root: str, cell: str, *, memory_bytes: int = 8 * GIB, platform: str = "cpu",
-                 tags: tuple[str, ...] = (), fail_configs: tuple[str, ...] = (), load_delay_s: float = 0.0,
-                 rejoin_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        root: str,
+        cell: str,
+        *,
+        memory_bytes: int = 8 * GIB,
+        platform: str = "cpu",
+        tags: tuple[str, ...] = (),
+        fail_configs: tuple[str, ...] = (),
+        load_delay_s: float = 0.0,
+        rejoin_s: float = 0.5,
+    ) -> None:
         self.modelet = FakeModelet(fail_configs, load_delay_s)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         modelet_pb2_grpc.add_ModeletServicer_to_server(self.modelet, self._server)

@@ -56,15 +56,31 @@ class ModelServerProcess:
         self.root, self.cell = root, cell
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.args = [sys.executable, "-m", "tenor.cli.main", "model-server", "serve", "--cell", cell, "--root", root,
-                     "--port", str(self.port), "--rejoin-interval", "0.3", "--drain-timeout", "2",
-                     *tls_flags(cell_tls())]
+        self.args = [
+            sys.executable,
+            "-m",
+            "tenor.cli.main",
+            "model-server",
+            "serve",
+            "--cell",
+            cell,
+            "--root",
+            root,
+            "--port",
+            str(self.port),
+            "--rejoin-interval",
+            "0.3",
+            "--drain-timeout",
+            "2",
+            *tls_flags(cell_tls()),
+        ]
         self._log = tempfile.NamedTemporaryFile(prefix="tenor-model-server-", suffix=".log", delete=False)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> "ModelServerProcess":
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                                     env=child_env())
+        self.proc = subprocess.Popen(
+            self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=child_env()
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -84,8 +100,9 @@ class ModelServerProcess:
     def states(self) -> dict[str, modelet_pb2.ModelState]:
         """What the server itself says it holds, straight from its Modelet service."""
         with grpc.secure_channel(self.address, cell_tls().channel_credentials()) as channel:
-            reply = modelet_pb2_grpc.ModeletStub(channel).GetStatus(modelet_pb2.GetStatusRequest(), timeout=2,
-                                                                    metadata=bearer(self.root, self.cell))
+            reply = modelet_pb2_grpc.ModeletStub(channel).GetStatus(
+                modelet_pb2.GetStatusRequest(), timeout=2, metadata=bearer(self.root, self.cell)
+            )
         return {m.model_name: m for m in reply.models}
 
 
@@ -98,14 +115,18 @@ class Cell:
     admin: AdminClient
 
     def leader(self) -> AdminProcess:
-        return wait_until(lambda: next((a for a in self.admins if a.proc.poll() is None and a.is_leader()), None),
-                          15, "an active admin")
+        return wait_until(
+            lambda: next((a for a in self.admins if a.proc.poll() is None and a.is_leader()), None),
+            15,
+            "an active admin",
+        )
 
     def addresses(self, model: str) -> tuple[str, ...]:
         return tuple(self.admin.list(model)[0].addresses)
 
     def wait_replicas(self, model: str, n: int, without: str = "", timeout_s: float = 40) -> tuple[str, ...]:
         """Waits until exactly n replicas serve, none of them at `without`."""
+
         def exactly_n() -> tuple[str, ...] | None:
             addresses = self.addresses(model)
             return addresses if len(addresses) == n and without not in addresses else None
@@ -133,8 +154,14 @@ def running_cell(root: str, cell: str, num_admins: int, num_servers: int, **admi
 def run_cli(root: str, *argv: str, timeout_s: float = 60, tls: bool = True) -> subprocess.CompletedProcess[str]:
     if tls:
         argv = (*argv, *tls_flags(cell_tls()))  # the verbs take their flags after the positionals too
-    return subprocess.run([sys.executable, "-m", "tenor.cli.main", *argv], capture_output=True, text=True,
-                          cwd=REPO_ROOT, env={**child_env(), "TENOR_ROOT": root}, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "tenor.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**child_env(), "TENOR_ROOT": root},
+        timeout=timeout_s,
+    )
 
 
 @dataclass
@@ -178,7 +205,10 @@ def client_for(root: str, model: str) -> Model:
 
 def wait_until_leader_changes(cell: Cell, old: AdminProcess, timeout_s: float = 15) -> AdminProcess:
     start = time.monotonic()
-    leader = wait_until(lambda: next((a for a in cell.admins if a is not old and a.is_leader()), None), timeout_s,
-                        "a standby to take over")
+    leader = wait_until(
+        lambda: next((a for a in cell.admins if a is not old and a.is_leader()), None),
+        timeout_s,
+        "a standby to take over",
+    )
     assert time.monotonic() - start < timeout_s
     return leader

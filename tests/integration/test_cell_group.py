@@ -41,9 +41,13 @@ class GroupWorker:
     def __init__(self, root: str, leader: str) -> None:
         env = {**child_env(), "LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "1"}
         self._log = tempfile.NamedTemporaryFile(prefix="tenor-group-worker-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([sys.executable, "-m", "tenor.cli.main", "model-server", "serve", "--cell", CELL,
-                                      "--root", root], stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                                     env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tenor.cli.main", "model-server", "serve", "--cell", CELL, "--root", root],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            env=env,
+        )
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -61,8 +65,16 @@ def cell(tmp_path_factory):
     admin.wait_leader()
     single = ModelServerProcess(root, CELL)
     leader = ModelServerProcess(root, CELL)
-    leader.args += ["--group-size", "2", "--group-rank", "0", "--group-leader", f"127.0.0.1:{group_port}",
-                    "--group-timeout", "5"]
+    leader.args += [
+        "--group-size",
+        "2",
+        "--group-rank",
+        "0",
+        "--group-leader",
+        f"127.0.0.1:{group_port}",
+        "--group-timeout",
+        "5",
+    ]
     worker = GroupWorker(root, f"127.0.0.1:{group_port}")
     single.__enter__()
     leader.__enter__()
@@ -108,8 +120,9 @@ def test_worker_killed_mid_traffic_group_leaves_and_retries_succeed(cell):
         killed = time.monotonic()
         leader.proc.wait(30)  # the leader leaves the cell and exits by itself
         left_s = time.monotonic() - killed
-        wait_until(lambda: list(admin.list(TINY)[0].addresses) == [single.address] or None, 30,
-                   "the group's replica dropped")
+        wait_until(
+            lambda: list(admin.list(TINY)[0].addresses) == [single.address] or None, 30, "the group's replica dropped"
+        )
         traffic.wait_ok(3)
     assert left_s < 10, leader.output()
     assert leader.proc.returncode == 1

@@ -35,10 +35,13 @@ PROMPT = "a long shared prompt that spans several KV blocks of sixteen tokens ea
 
 def generate(root: str, address: str, text: str) -> str:
     with grpc.secure_channel(address, cell_tls().channel_credentials()) as channel:
-        reply = lm_pb2_grpc.LMServiceStub(channel).Generate(lm_pb2.GenerateRequest(
-            model_key=MODEL, text=text,
-            extra_inputs=lm_pb2.ExtraInputs(items={"per_example_max_decode_steps": 6})), timeout=30,
-            metadata=bearer(root, CELL))
+        reply = lm_pb2_grpc.LMServiceStub(channel).Generate(
+            lm_pb2.GenerateRequest(
+                model_key=MODEL, text=text, extra_inputs=lm_pb2.ExtraInputs(items={"per_example_max_decode_steps": 6})
+            ),
+            timeout=30,
+            metadata=bearer(root, CELL),
+        )
     return reply.texts[0].text
 
 
@@ -54,8 +57,7 @@ def test_prefill_server_killed_mid_traffic_fails_no_request_and_leaks_no_block(t
     with running_cell(root, CELL, num_admins=1, num_servers=2) as cell:
         http_port = free_port()
         decode = ModelServerProcess(root, CELL)
-        decode.args += ["--http-port", str(http_port),
-                        "--prefill-from", ",".join(s.address for s in cell.servers)]
+        decode.args += ["--http-port", str(http_port), "--prefill-from", ",".join(s.address for s in cell.servers)]
         with decode:
             published = run_cli(root, "publish", MODEL, CONFIG, "None", "3")
             assert published.returncode == 0, published.stderr
@@ -89,8 +91,11 @@ def test_prefill_server_killed_mid_traffic_fails_no_request_and_leaks_no_block(t
             remote = metric(http, 'tenor:disagg_prefills_total{model="/tenor/disagg/lm",where="remote"}')
             assert remote >= 8 and metric(http, "tenor:kv_transfer_received_blocks_total") >= 8
             assert metric(http, "tenor:kv_transfers_retried_total") >= 1  # the dead server was tried, then the other
-            wait_until(lambda: metric(http, "tenor:kv_cache_usage_perc", "/models/lm/metrics") == 0.0, 10,
-                       "the decode server's KV cache to empty")
+            wait_until(
+                lambda: metric(http, "tenor:kv_cache_usage_perc", "/models/lm/metrics") == 0.0,
+                10,
+                "the decode server's KV cache to empty",
+            )
 
 
 def test_admin_places_prefill_and_decode_replicas_and_clients_reach_the_decode_one(tmp_path):
@@ -103,8 +108,17 @@ def test_admin_places_prefill_and_decode_replicas_and_clients_reach_the_decode_o
             http[server.address] = f"127.0.0.1:{free_port()}"
             server.args += ["--http-port", http[server.address].rsplit(":", 1)[1]]
         with servers[0], servers[1]:
-            published = run_cli(root, "publish", MODEL, CONFIG, "None", "2", "disaggregated=true",
-                                "prefill_replicas=1", "decode_replicas=1")
+            published = run_cli(
+                root,
+                "publish",
+                MODEL,
+                CONFIG,
+                "None",
+                "2",
+                "disaggregated=true",
+                "prefill_replicas=1",
+                "decode_replicas=1",
+            )
             assert published.returncode == 0, published.stderr
             cell.wait_replicas(MODEL, 2)
             roles = {s.states()[MODEL].role: s.address for s in servers}
@@ -120,6 +134,7 @@ def test_admin_places_prefill_and_decode_replicas_and_clients_reach_the_decode_o
             decode_http, prefill_http = http[roles["decode"]], http[roles["prefill"]]
             tries = iter(range(1000))
             with client_for(root, MODEL) as model, client_for(root, f"{CELL}/interleaved") as reference:
+
                 def first_remote() -> tuple[str, str] | None:
                     # Each try leads with a new block: a prompt the decode replica's prefix cache
                     # holds is not sent for prefill at all.

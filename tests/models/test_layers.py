@@ -61,8 +61,10 @@ def test_float_linear_matches_f_linear(dtype, bias):
 
 def test_onednn_packing_follows_the_cpu():
     packed = onednn_pack(torch.randn(8, 8))
-    if (torch.backends.cpu.get_cpu_capability() in ("AVX512", "AVX512_BF16", "AMX")
-            and torch.backends.mkldnn.is_available()):
+    if (
+        torch.backends.cpu.get_cpu_capability() in ("AVX512", "AVX512_BF16", "AMX")
+        and torch.backends.mkldnn.is_available()
+    ):
         assert packed is not None
     else:
         assert packed is None  # slower than F.linear at batch 1 without AVX-512
@@ -151,8 +153,9 @@ def test_decode_attention_matches_reference(lengths):
     if min(lengths) != max(lengths):
         mask = torch.arange(width * block)[None, :] < torch.tensor(lengths)[:, None]
         mask = mask.repeat(kv_heads, 1)[:, None, :]
-    batch = AttentionBatch(torch.tensor([], dtype=torch.long), len(lengths), decode_blocks, mask, [],
-                           decode_span=max(lengths))
+    batch = AttentionBatch(
+        torch.tensor([], dtype=torch.long), len(lengths), decode_blocks, mask, [], decode_span=max(lengths)
+    )
     q = torch.randn(len(lengths), heads, dim, generator=gen)
     got = decode_attention(q, cache, 0, batch)
     assert (got - _reference_decode(q, keys, values)).abs().max() < 1e-4

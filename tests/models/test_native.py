@@ -33,7 +33,7 @@ def test_paged_decode_attention_matches_per_sequence_sdpa(heads, kv_heads):
     block_size, num_blocks, dim = 16, 40, 64
     k = torch.randn(kv_heads, num_blocks * block_size, dim, generator=gen)
     v = torch.randn(kv_heads, num_blocks * block_size, dim, generator=gen)
-    table = torch.randperm(num_blocks, generator=gen)[:4 * 8].view(4, 8)  # scattered blocks
+    table = torch.randperm(num_blocks, generator=gen)[: 4 * 8].view(4, 8)  # scattered blocks
     lengths = torch.tensor([1, 16, 17, 128])  # one token, a full block, one past it, all blocks
     q = torch.randn(4, heads, dim, generator=gen)
     out = native.paged_decode_attention(q, k, v, table, lengths, block_size, 128, native.DecodeScratch())
@@ -77,8 +77,9 @@ def test_i8_block_linear_matches_its_integer_reference_and_the_float_product(row
     assert (dequantized - weight).abs().max() <= scales.max() / 2 + 1e-6  # half a step at most
     w8, offsets = native.signed_blocks(q, scales, mins)
     assert w8.dtype == torch.int8
-    assert torch.allclose((w8.view(40, 3, 32).float() * scales[..., None] + offsets[..., None]).view(40, 96),
-                          dequantized, atol=1e-6)
+    assert torch.allclose(
+        (w8.view(40, 3, 32).float() * scales[..., None] + offsets[..., None]).view(40, 96), dequantized, atol=1e-6
+    )
     x = torch.randn(rows, 96, generator=gen)
     xq, step = quantized_activations(x)  # [R, 3, 32], [R, 3, 1]
     dots = torch.einsum("rbi,obi->rob", xq.double(), w8.view(40, 3, 32).double())  # exact integers
@@ -127,13 +128,13 @@ def test_rotary_kv_write_matches_rotary_then_cache_write():
     slots = torch.tensor([5, 0, 33, 17, 2])
     expected_cache = PagedKVCache(1, 4, 16, kv_heads, dim, torch.float32)
     qk = rotary.apply(qkv[:, : (heads + kv_heads) * dim].view(tokens, -1, dim), cos, sin)
-    v = qkv[:, (heads + kv_heads) * dim:].view(tokens, kv_heads, dim)
+    v = qkv[:, (heads + kv_heads) * dim :].view(tokens, kv_heads, dim)
     expected_cache.write(0, slots, qk[:, heads:], v)
     cache = PagedKVCache(1, 4, 16, kv_heads, dim, torch.float32)
     fused = qkv.clone()
     native.rotary_kv_write(fused, cos, sin, cache.kv[0, 0], cache.kv[0, 1], slots, heads, kv_heads)
     assert torch.allclose(fused[:, : (heads + kv_heads) * dim].view(tokens, -1, dim), qk, atol=1e-6)
-    assert torch.equal(fused[:, (heads + kv_heads) * dim:], qkv[:, (heads + kv_heads) * dim:])  # v untouched
+    assert torch.equal(fused[:, (heads + kv_heads) * dim :], qkv[:, (heads + kv_heads) * dim :])  # v untouched
     assert torch.allclose(cache.kv, expected_cache.kv, atol=1e-6)
 
 
@@ -149,10 +150,21 @@ def test_paged_decode_attention_over_an_int8_cache_matches_its_dequantized_value
     k, v = cache.read(0, torch.arange(8 * block_size))  # dequantized [K, S, E]
     table, lengths = torch.tensor([[3, 1, 6], [0, 7, 2]]), torch.tensor([40, 33])
     q = torch.randn(2, heads, dim, generator=gen)
-    out = native.paged_decode_attention(q, cache.kv[0, 0], cache.kv[0, 1], table, lengths, block_size, 48,
-                                        native.DecodeScratch(), cache.scales[0, 0], cache.scales[0, 1])
-    expected = native.paged_decode_attention(q, k.contiguous(), v.contiguous(), table, lengths, block_size, 48,
-                                             native.DecodeScratch())
+    out = native.paged_decode_attention(
+        q,
+        cache.kv[0, 0],
+        cache.kv[0, 1],
+        table,
+        lengths,
+        block_size,
+        48,
+        native.DecodeScratch(),
+        cache.scales[0, 0],
+        cache.scales[0, 1],
+    )
+    expected = native.paged_decode_attention(
+        q, k.contiguous(), v.contiguous(), table, lengths, block_size, 48, native.DecodeScratch()
+    )
     assert torch.allclose(out, expected, atol=1e-5)
 
 
@@ -187,11 +199,14 @@ def test_fused_llama_decode_matches_the_layer_by_layer_path(monkeypatch):
         engine = LLMEngine(servable, None, EngineOptions(warmup=False))
         await engine.start()
         try:
+
             async def one(i: int) -> None:
-                request = GenerateRequest(f"r{i}", tuple(range(5 + i, 40 + 3 * i)),
-                                          SamplingParams(max_tokens=24, ignore_eos=True))
+                request = GenerateRequest(
+                    f"r{i}", tuple(range(5 + i, 40 + 3 * i)), SamplingParams(max_tokens=24, ignore_eos=True)
+                )
                 async for _ in engine.generate(request):
                     pass
+
             await asyncio.gather(*(one(i) for i in range(3)))
         finally:
             await engine.stop()

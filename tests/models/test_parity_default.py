@@ -31,8 +31,7 @@ pytestmark = pytest.mark.slow
 def hf_pair():
     path = default_gguf_path()
     tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
-                                                              dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     return tok, model.eval()
 
 
@@ -41,16 +40,20 @@ def prompt_ids(hf_pair):
     tok, _ = hf_pair
     ids = [tok(p).input_ids for p in PROMPTS]
     for question in CHATS:
-        ids.append(tok.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
-                                           tokenize=True, return_dict=False))
+        ids.append(
+            tok.apply_chat_template(
+                [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
     return ids
 
 
 def hf_greedy(model, ids: list[int]) -> list[int]:
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
-                             eos_token_id=None, pad_token_id=0)
-    return out[0, len(ids):].tolist()
+        out = model.generate(
+            torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
+    return out[0, len(ids) :].tolist()
 
 
 async def tenor_greedy(prompts: list[list[int]], together: bool, quantize: str = "none") -> list[list[int]]:
@@ -60,8 +63,12 @@ async def tenor_greedy(prompts: list[list[int]], together: bool, quantize: str =
 
     async def one(i: int, ids: list[int]) -> list[int]:
         sampling = SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True)
-        return [t async for o in engine.generate(GenerateRequest(f"p{i}", tuple(ids), sampling))
-                for d in o.deltas for t in d.token_ids]
+        return [
+            t
+            async for o in engine.generate(GenerateRequest(f"p{i}", tuple(ids), sampling))
+            for d in o.deltas
+            for t in d.token_ids
+        ]
 
     try:
         if together:

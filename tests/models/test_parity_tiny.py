@@ -9,30 +9,51 @@ from tenor.checkpoints.format import load_checkpoint
 from tenor.models.model import build_model
 from tests.models.single_sequence import prefill_logits, stepwise_logits
 
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 32}
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
 
 
 def hf_llama(tie: bool, rope_scaling) -> transformers.PreTrainedModel:
     config = transformers.LlamaConfig(
-        vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, rope_theta=50000.0, rms_norm_eps=1e-6,
-        rope_scaling=rope_scaling, tie_word_embeddings=tie,
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=112,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rope_theta=50000.0,
+        rms_norm_eps=1e-6,
+        rope_scaling=rope_scaling,
+        tie_word_embeddings=tie,
     )
     return transformers.LlamaForCausalLM(config)
 
 
 def hf_mistral() -> transformers.PreTrainedModel:
     config = transformers.MistralConfig(
-        vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2, num_attention_heads=8,
-        num_key_value_heads=2, max_position_embeddings=256, sliding_window=None, rms_norm_eps=1e-5,
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=112,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        sliding_window=None,
+        rms_norm_eps=1e-5,
     )
     return transformers.MistralForCausalLM(config)
 
 
 def hf_gptj() -> transformers.PreTrainedModel:
-    config = transformers.GPTJConfig(vocab_size=320, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
-                                     n_positions=256, tie_word_embeddings=False)
+    config = transformers.GPTJConfig(
+        vocab_size=320, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=256, tie_word_embeddings=False
+    )
     return transformers.GPTJForCausalLM(config)
 
 

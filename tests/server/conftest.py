@@ -19,7 +19,17 @@ class TinyServer:
 @pytest.fixture(scope="session")
 def tiny_server():
     """`tenor serve` on the tiny random Llama, with JetStream's gRPC Orchestrator; killed at the end."""
-    argv = [sys.executable, "-m", "tenor.cli.main", "serve", "--model", "test.TinyLlamaRandom", "--port", "0",
-            "--grpc-port", "0"]
+    argv = [
+        sys.executable,
+        "-m",
+        "tenor.cli.main",
+        "serve",
+        "--model",
+        "test.TinyLlamaRandom",
+        "--port",
+        "0",
+        "--grpc-port",
+        "0",
+    ]
     with ServeProcess(argv, ready_timeout_s=120) as process:
         yield TinyServer(process)

@@ -108,17 +108,33 @@ def test_score_each_suffix():
     "request_, code, words",
     [
         (lm_pb2.GenerateRequest(model_key="/tenor/test/nope", text="a"), grpc.StatusCode.NOT_FOUND, "not served"),
-        (lm_pb2.GenerateRequest(model_key=MODEL, text="a", extra_inputs=extra(tempreature=1)),
-         grpc.StatusCode.INVALID_ARGUMENT, "tempreature"),
-        (lm_pb2.GenerateRequest(model_key=MODEL, text="a",
-                                extra_inputs=lm_pb2.ExtraInputs(strings={"temperature": "hot"})),
-         grpc.StatusCode.INVALID_ARGUMENT, "temperature"),
-        (lm_pb2.GenerateRequest(model_key=MODEL, text="a", extra_inputs=extra(seed=1.5)),
-         grpc.StatusCode.INVALID_ARGUMENT, "whole number"),
-        (lm_pb2.GenerateRequest(model_key=MODEL, text="a", extra_inputs=extra(num_samples=17)),
-         grpc.StatusCode.INVALID_ARGUMENT, "n must be"),
-        (lm_pb2.GenerateRequest(model_key=MODEL, text="a", extra_inputs=extra(per_example_top_p=0)),
-         grpc.StatusCode.INVALID_ARGUMENT, "top_p"),
+        (
+            lm_pb2.GenerateRequest(model_key=MODEL, text="a", extra_inputs=extra(tempreature=1)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "tempreature",
+        ),
+        (
+            lm_pb2.GenerateRequest(
+                model_key=MODEL, text="a", extra_inputs=lm_pb2.ExtraInputs(strings={"temperature": "hot"})
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "temperature",
+        ),
+        (
+            lm_pb2.GenerateRequest(model_key=MODEL, text="a", extra_inputs=extra(seed=1.5)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "whole number",
+        ),
+        (
+            lm_pb2.GenerateRequest(model_key=MODEL, text="a", extra_inputs=extra(num_samples=17)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "n must be",
+        ),
+        (
+            lm_pb2.GenerateRequest(model_key=MODEL, text="a", extra_inputs=extra(per_example_top_p=0)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "top_p",
+        ),
         (lm_pb2.GenerateRequest(model_key=MODEL, text=""), grpc.StatusCode.INVALID_ARGUMENT, "empty"),
         (lm_pb2.GenerateRequest(model_key=MODEL, text="a" * 300), grpc.StatusCode.INVALID_ARGUMENT, "maximum prompt"),
     ],
@@ -154,8 +170,10 @@ def test_bad_stream_request_fails_before_the_first_message():
     [
         (lm_pb2.ScoreRequest(model_key=MODEL, prefix="ab"), "at least one suffix"),
         (lm_pb2.ScoreRequest(model_key=MODEL, prefix="ab", suffix=["c", ""]), "empty"),
-        (lm_pb2.ScoreRequest(model_key=MODEL, prefix="ab", suffix=["c"], extra_inputs=extra(temperature=1)),
-         "Score takes none"),
+        (
+            lm_pb2.ScoreRequest(model_key=MODEL, prefix="ab", suffix=["c"], extra_inputs=extra(temperature=1)),
+            "Score takes none",
+        ),
         (lm_pb2.ScoreRequest(model_key=MODEL, prefix="a" * 600, suffix=["c"]), "scores at most 256"),
     ],
 )
@@ -218,8 +236,9 @@ def test_tokenized_model_takes_and_returns_comma_separated_ids():
         models = FakeModels({MODEL: await started()}, tokenized=True)
         async with lm_stub(models) as stub:
             extra_steps = extra(per_example_max_decode_steps=3)
-            reply = await stub.Generate(lm_pb2.GenerateRequest(model_key=MODEL, text="100, 101",
-                                                                extra_inputs=extra_steps))
+            reply = await stub.Generate(
+                lm_pb2.GenerateRequest(model_key=MODEL, text="100, 101", extra_inputs=extra_steps)
+            )
             request = lm_pb2.GenerateRequest(model_key=MODEL, text="100,101", extra_inputs=extra_steps)
             acc = ""
             async for message in stub.GenerateStream(request):
@@ -241,7 +260,12 @@ def test_sampling_from_extra_maps_sax_keys():
         extra(temperature=0.5, per_example_top_k=40, per_example_top_p=0.75, per_example_max_decode_steps=7, seed=3)
     )
     assert (sampling.temperature, sampling.top_k, sampling.top_p, sampling.max_tokens, sampling.seed, sampling.n) == (
-        0.5, 40, 0.75, 7, 3, 1
+        0.5,
+        40,
+        0.75,
+        7,
+        3,
+        1,
     )
     defaults = sampling_from_extra(lm_pb2.ExtraInputs())
     assert (defaults.temperature, defaults.max_tokens, defaults.seed) == (0.0, 32, None)
@@ -282,6 +306,5 @@ def test_bad_token_ids_of_a_tokenized_model_are_invalid_argument():
         return codes
 
     codes = run(body())
-    assert codes[0] == (grpc.StatusCode.INVALID_ARGUMENT,
-                        "'text' token id 999 is out of range (valid ids: 0 to 258)")
+    assert codes[0] == (grpc.StatusCode.INVALID_ARGUMENT, "'text' token id 999 is out of range (valid ids: 0 to 258)")
     assert codes[1][0] == grpc.StatusCode.INVALID_ARGUMENT and "'text'" in codes[1][1]

@@ -19,9 +19,16 @@ def samples(metrics: ServerMetrics) -> dict[tuple[str, tuple], float]:
 
 class FixedStats(MockEngine):
     def stats(self) -> EngineStats:
-        return EngineStats(num_running=3, num_waiting=2, kv_cache_usage=0.25, prefix_cache_queries=40,
-                           prefix_cache_hits=10, num_preemptions=1, prompt_tokens_total=100,
-                           generation_tokens_total=7)
+        return EngineStats(
+            num_running=3,
+            num_waiting=2,
+            kv_cache_usage=0.25,
+            prefix_cache_queries=40,
+            prefix_cache_hits=10,
+            num_preemptions=1,
+            prompt_tokens_total=100,
+            generation_tokens_total=7,
+        )
 
 
 def test_engine_stats_are_read_at_scrape_time_under_vllm_like_names():
@@ -87,7 +94,8 @@ async def test_the_http_layer_observes_each_request():
     assert response.headers["content-type"].startswith("text/plain")
     values = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(response.text) for s in family.samples
+        for family in text_string_to_metric_families(response.text)
+        for s in family.samples
     }
     assert values[("tenor:request_success_total", (("finished_reason", "length"),))] == 3
     assert values[("tenor:time_to_first_token_seconds_count", ())] == 2

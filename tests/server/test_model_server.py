@@ -112,8 +112,9 @@ def test_jetstreams_orchestrator_serves_the_one_loaded_model():
         async with model_server() as server, server.access.aio_channel(server.address) as channel:
             modelet, jetstream = modelet_pb2_grpc.ModeletStub(channel), jetstream_pb2_grpc.OrchestratorStub(channel)
             before = await jetstream.HealthCheck(jetstream_pb2.HealthCheckRequest())
-            decode = jetstream_pb2.DecodeRequest(max_tokens=3,
-                                                 text_content=jetstream_pb2.DecodeRequest.TextContent(text="abc"))
+            decode = jetstream_pb2.DecodeRequest(
+                max_tokens=3, text_content=jetstream_pb2.DecodeRequest.TextContent(text="abc")
+            )
             with pytest.raises(grpc.aio.AioRpcError) as none_loaded:
                 _ = [r async for r in jetstream.Decode(decode)]
             await modelet.Load(load_request())
@@ -130,8 +131,11 @@ def test_jetstreams_orchestrator_serves_the_one_loaded_model():
 @pytest.mark.parametrize(
     "request_, code, reason",
     [
-        (load_request("test.NoSuchConfig"), grpc.StatusCode.INVALID_ARGUMENT,
-         "unknown model config 'test.NoSuchConfig'"),
+        (
+            load_request("test.NoSuchConfig"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "unknown model config 'test.NoSuchConfig'",
+        ),
         (load_request(max_batch_size="0"), grpc.StatusCode.INVALID_ARGUMENT, "max_batch_size must be >= 1"),
         (load_request(no_such_knob="1"), grpc.StatusCode.INVALID_ARGUMENT, "unknown override(s) no_such_knob"),
         (load_request(), grpc.StatusCode.FAILED_PRECONDITION, "weights are corrupt"),
@@ -254,8 +258,13 @@ def test_model_spec_drops_admin_keys_and_parses_json_values():
 
 @pytest.mark.parametrize(
     "kwargs, words",
-    [({"platform": "tpu"}, "platform"), ({"port": 70000}, "port"), ({"memory_bytes": -1}, "memory_bytes"),
-     ({"tags": ("a,b",)}, "tags"), ({"rejoin_s": 0}, "rejoin_s")],
+    [
+        ({"platform": "tpu"}, "platform"),
+        ({"port": 70000}, "port"),
+        ({"memory_bytes": -1}, "memory_bytes"),
+        ({"tags": ("a,b",)}, "tags"),
+        ({"rejoin_s": 0}, "rejoin_s"),
+    ],
 )
 def test_config_rejects_nonsense(kwargs, words):
     with pytest.raises(ValueError, match=words):

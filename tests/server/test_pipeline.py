@@ -56,16 +56,19 @@ def test_every_prompt_kind_meets_every_limit(kind, length, sampling, error):
             pipe.request("t", ids, sampling)
 
 
-@pytest.mark.parametrize("prompt, tokenized, error", [
-    (TextPrompt("x\ud800", field="prompt[2]"), False, "'prompt\\[2\\]' holds a lone surrogate at character 1"),
-    (chat("\udfff"), False, "'messages\\[0\\].content' holds a lone surrogate"),
-    (TokenPrompt((1, 259)), False, "'prompt' token id 259 is out of range \\(valid ids: 0 to 258\\)"),
-    (TokenPrompt((-1,), field="token_content.token_ids"), False, "'token_content.token_ids' token id -1"),
-    (TextPrompt("1,x"), True, "'prompt': token ids: item 1 is 'x'"),
-    (TextPrompt("1,999"), True, "token id 999 is out of range"),
-    (chat("hi"), True, "reads token ids and has no chat template"),
-    (ChatPrompt(()), False, "'messages' must not be empty"),
-])
+@pytest.mark.parametrize(
+    "prompt, tokenized, error",
+    [
+        (TextPrompt("x\ud800", field="prompt[2]"), False, "'prompt\\[2\\]' holds a lone surrogate at character 1"),
+        (chat("\udfff"), False, "'messages\\[0\\].content' holds a lone surrogate"),
+        (TokenPrompt((1, 259)), False, "'prompt' token id 259 is out of range \\(valid ids: 0 to 258\\)"),
+        (TokenPrompt((-1,), field="token_content.token_ids"), False, "'token_content.token_ids' token id -1"),
+        (TextPrompt("1,x"), True, "'prompt': token ids: item 1 is 'x'"),
+        (TextPrompt("1,999"), True, "token id 999 is out of range"),
+        (chat("hi"), True, "reads token ids and has no chat template"),
+        (ChatPrompt(()), False, "'messages' must not be empty"),
+    ],
+)
 def test_bad_prompts_name_their_field(prompt, tokenized, error):
     with pytest.raises(InvalidRequestError, match=error):
         pipeline(tokenized).prompt_ids(prompt)
@@ -126,8 +129,14 @@ prompts = st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
-@given(prompt=prompts, tokenized=st.booleans(), max_tokens=st.integers(-3, 40), n=st.integers(-1, 6),
-       temperature=st.floats(allow_nan=True), seed=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)))
+@given(
+    prompt=prompts,
+    tokenized=st.booleans(),
+    max_tokens=st.integers(-3, 40),
+    n=st.integers(-1, 6),
+    temperature=st.floats(allow_nan=True),
+    seed=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+)
 def test_fuzz_the_pipeline(prompt, tokenized, max_tokens, n, temperature, seed):
     pipe = pipeline(tokenized)
     try:

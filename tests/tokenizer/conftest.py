@@ -53,23 +53,27 @@ def spm() -> Tokenizer:
     decoder that drops the first token's leading space."""
     trained = Backend(models.BPE(unk_token="<unk>"))
     trained.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
-    trained.train_from_iterator(SPM_CORPUS, trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>", "<s>", "</s>"],
-                                                                 show_progress=False))
+    trained.train_from_iterator(
+        SPM_CORPUS, trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
+    )
     spec = json.loads(trained.to_str())
     vocab = spec["model"]["vocab"]
     for byte in range(256):  # byte tokens are ordinary vocabulary entries, as in Llama's
         vocab.setdefault(f"<0x{byte:02X}>", len(vocab))
     spec["model"]["byte_fallback"] = True
     backend = Backend.from_str(json.dumps(spec))
-    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                         decoders.Strip(" ", 1, 0)])
-    backend.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
-                                                           special_tokens=[("<s>", backend.token_to_id("<s>"))])
+    backend.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    backend.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", backend.token_to_id("<s>"))]
+    )
     return Tokenizer(backend, TokenizerSpec(bos_token="<s>", eos_token="</s>", unk_token="<unk>"))
 
 
-def write_tiny_gguf(path: Path, pre: str, merges: Sequence[str], kind: str = "gpt2",
-                    chat_template: str | None = None) -> Path:
+def write_tiny_gguf(
+    path: Path, pre: str, merges: Sequence[str], kind: str = "gpt2", chat_template: str | None = None
+) -> Path:
     """A GGUF with only metadata: a byte-level vocabulary (3 control tokens, the 256 byte
     spellings, one token per merge) and the given merges."""
     import gguf
@@ -82,8 +86,13 @@ def write_tiny_gguf(path: Path, pre: str, merges: Sequence[str], kind: str = "gp
     writer.add_head_count(2)
     writer.add_head_count_kv(2)
     writer.add_layer_norm_rms_eps(1e-5)
-    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *byte_alphabet().values(),
-              *("".join(m.split(" ")) for m in merges)]
+    tokens = [
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+        *byte_alphabet().values(),
+        *("".join(m.split(" ")) for m in merges),
+    ]
     writer.add_tokenizer_model(kind)
     writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)

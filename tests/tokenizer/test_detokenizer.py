@@ -22,7 +22,7 @@ TEXTS = [
 
 def stream(tokenizer, ids, prompt_ids=(), step=1):
     detok = IncrementalDetokenizer(tokenizer, prompt_ids=prompt_ids)
-    parts = [detok.add(ids[i:i + step]) for i in range(0, len(ids), step)]
+    parts = [detok.add(ids[i : i + step]) for i in range(0, len(ids), step)]
     return parts, detok.flush()
 
 
@@ -103,7 +103,7 @@ def test_broken_bytes_do_not_grow_the_window_forever():
     ids = [0xFF + 3] * (3 * MAX_HELD_TOKENS) + tok.encode("fine")
     detok = IncrementalDetokenizer(tok)
     parts = [detok.add([i]) for i in ids]
-    assert "".join(parts[:2 * MAX_HELD_TOKENS])  # released before the stream ends
+    assert "".join(parts[: 2 * MAX_HELD_TOKENS])  # released before the stream ends
     assert "".join(parts) + detok.flush() == tok.decode(ids)
 
 

@@ -112,8 +112,9 @@ def _write_tiny_sentencepiece_gguf(path):
     writer.add_tokenizer_model("llama")
     writer.add_token_list(["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *letters, *pieces])
     writer.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(letters) + len(pieces)))
-    writer.add_token_scores([0.0] * 259 + [-100.0 - i for i in range(len(letters))]
-                            + [-float(i) for i in range(len(pieces))])
+    writer.add_token_scores(
+        [0.0] * 259 + [-100.0 - i for i in range(len(letters))] + [-float(i) for i in range(len(pieces))]
+    )
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_unk_token_id(0)

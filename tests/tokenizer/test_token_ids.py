@@ -20,20 +20,23 @@ def test_parse_and_format():
     assert parse_token_ids(format_token_ids(ids)) == ids
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("", "empty"),
-    ("   ", "empty"),
-    ("1,,2", "item 1 is an empty item"),
-    ("1,2,", "item 2 is an empty item"),
-    ("1,-2", "item 1 is '-2'"),
-    ("1.5", "item 0 is '1.5'"),
-    ("abc", "item 0 is 'abc'"),
-    ("+3", "item 0 is '+3'"),
-    ("1 2", "item 0 is '1 2'"),
-    ("١٢", "item 0"),  # Arabic-Indic digits
-    (f"{MAX_TOKEN_ID + 1}", "larger than"),
-    ("x" * 500, "..."),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("1,,2", "item 1 is an empty item"),
+        ("1,2,", "item 2 is an empty item"),
+        ("1,-2", "item 1 is '-2'"),
+        ("1.5", "item 0 is '1.5'"),
+        ("abc", "item 0 is 'abc'"),
+        ("+3", "item 0 is '+3'"),
+        ("1 2", "item 0 is '1 2'"),
+        ("١٢", "item 0"),  # Arabic-Indic digits
+        (f"{MAX_TOKEN_ID + 1}", "larger than"),
+        ("x" * 500, "..."),
+    ],
+)
 def test_parse_rejects_junk_with_one_line(text, fragment):
     with pytest.raises(UserError) as info:
         parse_token_ids(text)

@@ -28,8 +28,12 @@ TEXTS = [
 
 CONVERSATIONS = [
     [{"role": "user", "content": "What is 2+2?"}],
-    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a color 🎨"},
-     {"role": "assistant", "content": "Blue."}, {"role": "user", "content": "Another?"}],
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Name a color 🎨"},
+        {"role": "assistant", "content": "Blue."},
+        {"role": "user", "content": "Another?"},
+    ],
     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!\nHow can I help?"}],
 ]
 
@@ -43,8 +47,11 @@ def test_encode_matches_transformers(smollm, hf_smollm):
 def test_decode_matches_transformers(smollm, hf_smollm):
     for text in TEXTS:
         ids = hf_smollm.encode(text)
-        assert smollm.decode(ids) == hf_smollm.decode(ids, skip_special_tokens=True) == text.replace(
-            "<|im_start|>", "").replace("<|im_end|>", "")
+        assert (
+            smollm.decode(ids)
+            == hf_smollm.decode(ids, skip_special_tokens=True)
+            == text.replace("<|im_start|>", "").replace("<|im_end|>", "")
+        )
         assert smollm.decode(ids, skip_special_tokens=False) == hf_smollm.decode(ids, skip_special_tokens=False)
 
 
@@ -65,23 +72,27 @@ def test_chat_template_matches_transformers(smollm, hf_smollm):
             ours = smollm.apply_chat_template(messages, add_generation_prompt=generation_prompt)
             theirs = hf_smollm.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
             assert ours == theirs
-        theirs_ids = hf_smollm.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                   return_dict=False)
+        theirs_ids = hf_smollm.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         assert smollm.encode_chat(messages) == list(theirs_ids)
     assert smollm.apply_chat_template(CONVERSATIONS[0]).endswith("<|im_start|>assistant\n")
 
 
-@pytest.mark.parametrize("messages, fragment", [
-    ("hello", "must be a list"),
-    ({"role": "user", "content": "x"}, "must be a list"),
-    ([], "must not be empty"),
-    ([{"role": "user"}], "has no 'content'"),
-    ([{"content": "x"}], "has no 'role'"),
-    ([{"role": "user", "content": None}], "messages[0].content must be a string"),
-    ([{"role": "user", "content": [{"type": "text", "text": "x"}]}], "must be a string"),
-    ([{"role": "", "content": "x"}], "role must not be empty"),
-    (["user: x"], "must be an object"),
-])
+@pytest.mark.parametrize(
+    "messages, fragment",
+    [
+        ("hello", "must be a list"),
+        ({"role": "user", "content": "x"}, "must be a list"),
+        ([], "must not be empty"),
+        ([{"role": "user"}], "has no 'content'"),
+        ([{"content": "x"}], "has no 'role'"),
+        ([{"role": "user", "content": None}], "messages[0].content must be a string"),
+        ([{"role": "user", "content": [{"type": "text", "text": "x"}]}], "must be a string"),
+        ([{"role": "", "content": "x"}], "role must not be empty"),
+        (["user: x"], "must be an object"),
+    ],
+)
 def test_malformed_messages_are_one_line_user_errors(smollm, messages, fragment):
     with pytest.raises(UserError) as info:
         smollm.apply_chat_template(messages)
@@ -90,11 +101,15 @@ def test_malformed_messages_are_one_line_user_errors(smollm, messages, fragment)
 
 def test_template_errors_and_missing_template(smollm):
     backend = smollm.backend
-    strict = Tokenizer(backend, TokenizerSpec(
-        eos_token="<|im_end|>",
-        chat_template="{% if messages[0]['role'] != 'user' %}"
-                      "{{ raise_exception('Conversation must\nstart with user') }}"
-                      "{% endif %}{{ messages[0]['content'] }}"))
+    strict = Tokenizer(
+        backend,
+        TokenizerSpec(
+            eos_token="<|im_end|>",
+            chat_template="{% if messages[0]['role'] != 'user' %}"
+            "{{ raise_exception('Conversation must\nstart with user') }}"
+            "{% endif %}{{ messages[0]['content'] }}",
+        ),
+    )
     assert strict.apply_chat_template([{"role": "user", "content": "ok"}]) == "ok"
     with pytest.raises(UserError, match="rejected the messages: Conversation must start with user"):
         strict.apply_chat_template([{"role": "assistant", "content": "x"}])
@@ -143,8 +158,9 @@ def test_saved_files_load_in_transformers(smollm, hf_smollm, tmp_path):
     for text in TEXTS:
         assert theirs.encode(text) == smollm.encode(text)
     assert theirs.eos_token_id == 2 and theirs.bos_token == "<|im_start|>"
-    assert theirs.apply_chat_template(CONVERSATIONS[1], tokenize=False, add_generation_prompt=True) == \
-        smollm.apply_chat_template(CONVERSATIONS[1])
+    assert theirs.apply_chat_template(
+        CONVERSATIONS[1], tokenize=False, add_generation_prompt=True
+    ) == smollm.apply_chat_template(CONVERSATIONS[1])
 
 
 def test_hf_directory_saved_by_transformers(hf_smollm, tmp_path):
@@ -154,7 +170,8 @@ def test_hf_directory_saved_by_transformers(hf_smollm, tmp_path):
         assert ours.encode(text) == hf_smollm.encode(text)
     assert ours.eos_token_ids == (2,)
     assert ours.apply_chat_template(CONVERSATIONS[2]) == hf_smollm.apply_chat_template(
-        CONVERSATIONS[2], tokenize=False, add_generation_prompt=True)
+        CONVERSATIONS[2], tokenize=False, add_generation_prompt=True
+    )
 
 
 def test_hf_directory_extras(smollm, tmp_path):

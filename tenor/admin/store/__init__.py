@@ -21,11 +21,26 @@ from tenor.errors import UserError
 
 ROOT_ENV = "TENOR_ROOT"
 
-__all__ = ["AdminLocation", "CellState", "CellStore", "Leadership", "LostLeadership", "ModelSpec",
-           "RootSpec", "StoreError", "list_cells", "open_store", "parse_root", "resolve_root", "ROOT_ENV"]
+__all__ = [
+    "AdminLocation",
+    "CellState",
+    "CellStore",
+    "Leadership",
+    "LostLeadership",
+    "ModelSpec",
+    "RootSpec",
+    "StoreError",
+    "list_cells",
+    "open_store",
+    "parse_root",
+    "resolve_root",
+    "ROOT_ENV",
+]
 
-_ETCD = re.compile(r"^etcd://(?P<host>[A-Za-z0-9_.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})"
-                   r"(?P<prefix>(/[A-Za-z0-9_.\-]+)*)/?(\?(?P<query>.*))?$")
+_ETCD = re.compile(
+    r"^etcd://(?P<host>[A-Za-z0-9_.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})"
+    r"(?P<prefix>(/[A-Za-z0-9_.\-]+)*)/?(\?(?P<query>.*))?$"
+)
 _ETCD_OPTIONS = ("ca", "cert", "key", "user", "password_file")
 
 
@@ -49,23 +64,29 @@ def parse_root(root: str) -> RootSpec:
     if root.startswith("etcd://"):
         match = _ETCD.match(root)
         if not match or not 0 < int(match["port"]) < 65536:
-            raise UserError(f"bad cell root {root!r}: expected etcd://HOST:PORT[/prefix][?ca=PEM&cert=PEM&key=PEM"
-                            "&user=NAME&password_file=PATH]")
-        options = tuple(parse_qsl(match["query"] or "", keep_blank_values=True, strict_parsing=bool(match["query"]))
-                        ) if match["query"] else ()
+            raise UserError(
+                f"bad cell root {root!r}: expected etcd://HOST:PORT[/prefix][?ca=PEM&cert=PEM&key=PEM"
+                "&user=NAME&password_file=PATH]"
+            )
+        options = (
+            tuple(parse_qsl(match["query"] or "", keep_blank_values=True, strict_parsing=bool(match["query"])))
+            if match["query"]
+            else ()
+        )
         unknown = sorted({k for k, _ in options} - set(_ETCD_OPTIONS))
         if unknown:
-            raise UserError(f"bad cell root {root!r}: unknown option(s) {', '.join(unknown)}; "
-                            f"known: {', '.join(_ETCD_OPTIONS)}")
+            raise UserError(
+                f"bad cell root {root!r}: unknown option(s) {', '.join(unknown)}; known: {', '.join(_ETCD_OPTIONS)}"
+            )
         return RootSpec("etcd", f"{match['host']}:{match['port']}", match["prefix"] or "", options)
     if root.startswith("memory://"):
-        name = root[len("memory://"):]
+        name = root[len("memory://") :]
         if not name:
             raise UserError(f"bad cell root {root!r}: expected memory://NAME")
         return RootSpec("memory", name)
     if "://" in root and not root.startswith("file://"):
         raise UserError(f"unsupported cell root {root!r}: use file://DIR, a directory, or etcd://HOST:PORT[/prefix]")
-    path = root[len("file://"):] if root.startswith("file://") else root
+    path = root[len("file://") :] if root.startswith("file://") else root
     if not path:
         raise UserError(f"bad cell root {root!r}: expected file://DIR")
     return RootSpec("file", os.path.abspath(os.path.expanduser(path)))
@@ -87,7 +108,8 @@ def open_store(root: str, cell: CellName, *, etcd_ttl_s: int | None = None) -> C
 
         # Each store's save_state takes the Leadership type only it hands out (narrower than the Protocol's).
         return EtcdCellStore(  # type: ignore[return-value]
-            spec.location, spec.prefix, cell, etcd_ttl_s or DEFAULT_TTL_S, spec.etcd_access())
+            spec.location, spec.prefix, cell, etcd_ttl_s or DEFAULT_TTL_S, spec.etcd_access()
+        )
     if spec.kind == "memory":
         from tenor.admin.store.memory import MemoryCellStore
 
@@ -111,7 +133,7 @@ def list_cells(root: str) -> list[CellName]:
             keys = client.keys_with_prefix(base)
         finally:
             client.close()
-        names = {k[len(base):].decode().split("/")[0] for k in keys if k.endswith(b"/config")}
+        names = {k[len(base) :].decode().split("/")[0] for k in keys if k.endswith(b"/config")}
     elif spec.kind == "memory":
         from tenor.admin.store.memory import cell_names
 
@@ -120,6 +142,9 @@ def list_cells(root: str) -> list[CellName]:
         base_dir = os.path.join(spec.location, "tenor")
         if not os.path.isdir(spec.location):
             raise UserError(f"cell root {spec.location} is not a directory")
-        names = {d for d in (os.listdir(base_dir) if os.path.isdir(base_dir) else ())
-                 if os.path.isfile(os.path.join(base_dir, d, "config.json"))}
+        names = {
+            d
+            for d in (os.listdir(base_dir) if os.path.isdir(base_dir) else ())
+            if os.path.isfile(os.path.join(base_dir, d, "config.json"))
+        }
     return [CellName(n) for n in sorted(names)]

@@ -44,8 +44,15 @@ class ModelSpec:
             raise ValueError("overrides must be sorted (key, value) pairs; use ModelSpec.make")
 
     @classmethod
-    def make(cls, name: str, config_name: str, checkpoint: str | None, replicas: int,
-             overrides: dict[str, str] | None = None, uuid: str = "") -> "ModelSpec":
+    def make(
+        cls,
+        name: str,
+        config_name: str,
+        checkpoint: str | None,
+        replicas: int,
+        overrides: dict[str, str] | None = None,
+        uuid: str = "",
+    ) -> "ModelSpec":
         return cls(name, config_name, checkpoint, replicas, tuple(sorted((overrides or {}).items())), uuid)
 
     @property
@@ -53,8 +60,14 @@ class ModelSpec:
         return dict(self.overrides)
 
     def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "config_name": self.config_name, "checkpoint": self.checkpoint,
-                "replicas": self.replicas, "overrides": self.overrides_map, "uuid": self.uuid}
+        return {
+            "name": self.name,
+            "config_name": self.config_name,
+            "checkpoint": self.checkpoint,
+            "replicas": self.replicas,
+            "overrides": self.overrides_map,
+            "uuid": self.uuid,
+        }
 
     @classmethod
     def from_json(cls, obj: object) -> "ModelSpec":
@@ -63,9 +76,14 @@ class ModelSpec:
         overrides = obj.get("overrides") or {}
         if not isinstance(overrides, dict) or not all(isinstance(v, str) for v in overrides.values()):
             raise ValueError("a model spec's overrides must map strings to strings")
-        return cls.make(str(obj["name"]), str(obj["config_name"]),
-                        None if obj.get("checkpoint") is None else str(obj["checkpoint"]),
-                        int(obj["replicas"]), overrides, str(obj.get("uuid", "")))
+        return cls.make(
+            str(obj["name"]),
+            str(obj["config_name"]),
+            None if obj.get("checkpoint") is None else str(obj["checkpoint"]),
+            int(obj["replicas"]),
+            overrides,
+            str(obj.get("uuid", "")),
+        )
 
 
 @dataclass(frozen=True)
@@ -110,16 +128,27 @@ class AdminLocation:
     since: float = field(default_factory=time.time)
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"address": self.address, "admin_id": self.admin_id,
-                           "http_address": self.http_address, "since": self.since}, sort_keys=True).encode()
+        return json.dumps(
+            {
+                "address": self.address,
+                "admin_id": self.admin_id,
+                "http_address": self.http_address,
+                "since": self.since,
+            },
+            sort_keys=True,
+        ).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "AdminLocation | None":
         """None for a placeholder or a half-written file: callers just look again later."""
         try:
             doc = json.loads(data)
-            return cls(str(doc["address"]), str(doc["admin_id"]), str(doc.get("http_address", "")),
-                       float(doc.get("since", 0.0)))
+            return cls(
+                str(doc["address"]),
+                str(doc["admin_id"]),
+                str(doc.get("http_address", "")),
+                float(doc.get("since", 0.0)),
+            )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 

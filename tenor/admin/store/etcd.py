@@ -54,8 +54,9 @@ class EtcdLeadership:
 
 
 class EtcdCellStore:
-    def __init__(self, endpoint: str, prefix: str, cell: CellName, ttl_s: int = DEFAULT_TTL_S,
-                 access: EtcdAccess = EtcdAccess()) -> None:
+    def __init__(
+        self, endpoint: str, prefix: str, cell: CellName, ttl_s: int = DEFAULT_TTL_S, access: EtcdAccess = EtcdAccess()
+    ) -> None:
         self.root = f"etcd://{endpoint}{prefix}"
         self.cell = cell
         self.ttl_s = ttl_s

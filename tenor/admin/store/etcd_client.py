@@ -112,8 +112,13 @@ class EtcdClient:
         if not kvs:
             return None
         kv = kvs[0]
-        return KeyValue(base64.b64decode(kv["key"]), base64.b64decode(kv.get("value", "")),
-                        int(kv.get("create_revision", 0)), int(kv.get("mod_revision", 0)), int(kv.get("lease", 0)))
+        return KeyValue(
+            base64.b64decode(kv["key"]),
+            base64.b64decode(kv.get("value", "")),
+            int(kv.get("create_revision", 0)),
+            int(kv.get("mod_revision", 0)),
+            int(kv.get("lease", 0)),
+        )
 
     def keys_with_prefix(self, prefix: bytes) -> list[bytes]:
         end = prefix[:-1] + bytes([prefix[-1] + 1])  # etcd's range end for "every key starting with prefix"
@@ -131,18 +136,24 @@ class EtcdClient:
         put: dict[str, object] = {"key": _b64(key), "value": _b64(value)}
         if lease:
             put["lease"] = str(lease)
-        result = self._call("kv/txn", {
-            "compare": [{"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
-            "success": [{"request_put": put}],
-        })
+        result = self._call(
+            "kv/txn",
+            {
+                "compare": [{"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
+                "success": [{"request_put": put}],
+            },
+        )
         return bool(result.get("succeeded"))
 
     def put_if_lease(self, guard_key: bytes, lease: int, key: bytes, value: bytes) -> bool:
         """Writes `key` only while `guard_key` is held by `lease` (fencing a leader's writes)."""
-        result = self._call("kv/txn", {
-            "compare": [{"key": _b64(guard_key), "target": "LEASE", "result": "EQUAL", "lease": str(lease)}],
-            "success": [{"request_put": {"key": _b64(key), "value": _b64(value)}}],
-        })
+        result = self._call(
+            "kv/txn",
+            {
+                "compare": [{"key": _b64(guard_key), "target": "LEASE", "result": "EQUAL", "lease": str(lease)}],
+                "success": [{"request_put": {"key": _b64(key), "value": _b64(value)}}],
+            },
+        )
         return bool(result.get("succeeded"))
 
     def delete(self, key: bytes) -> None:

@@ -25,7 +25,11 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 def build_app(
-    engine: Engine, *, served_model_name: str | None = None, api_key: str | None = None, tokenized: bool = False,
+    engine: Engine,
+    *,
+    served_model_name: str | None = None,
+    api_key: str | None = None,
+    tokenized: bool = False,
     body_timeout_s: float = 30.0,
 ) -> FastAPI:
     """An app serving `engine` under `served_model_name` (default: engine.model_name).

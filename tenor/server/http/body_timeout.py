@@ -40,8 +40,12 @@ class BodyTimeout:
             except asyncio.TimeoutError:
                 timed_out = True
                 if not started:
-                    error = ApiError(408, f"the request body did not arrive within {self.timeout_s:g} s",
-                                     "request_timeout", headers={"Connection": "close"})
+                    error = ApiError(
+                        408,
+                        f"the request body did not arrive within {self.timeout_s:g} s",
+                        "request_timeout",
+                        headers={"Connection": "close"},
+                    )
                     await error.response()(scope, receive, send)
                 return {"type": "http.disconnect"}
             body_done = message["type"] != "http.request" or not message.get("more_body", False)

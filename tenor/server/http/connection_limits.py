@@ -24,10 +24,13 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger(__name__)
 
-_BUSY_BODY = (b'{"error": {"message": "too many open connections", "type": "server_error", "param": null, '
-              b'"code": "overloaded"}}')
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-         b"Retry-After: 1\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
+_BUSY_BODY = (
+    b'{"error": {"message": "too many open connections", "type": "server_error", "param": null, "code": "overloaded"}}'
+)
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b"Retry-After: 1\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,9 @@ def protocol_for(limits: ConnectionLimits) -> type[asyncio.Protocol]:
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             if len(self.connections) > limits.max_connections:
-                log.warning("refusing a connection: %d open (cap %d)", len(self.connections) - 1,
-                            limits.max_connections)
+                log.warning(
+                    "refusing a connection: %d open (cap %d)", len(self.connections) - 1, limits.max_connections
+                )
                 transport.write(_BUSY)
                 transport.close()
                 return
@@ -92,5 +96,8 @@ def protocol_for(limits: ConnectionLimits) -> type[asyncio.Protocol]:
 
 def uvicorn_options(limits: ConnectionLimits) -> dict[str, Any]:
     """Keyword arguments for uvicorn.Config that apply `limits`."""
-    return {"http": protocol_for(limits), "timeout_keep_alive": limits.keep_alive_timeout_s,
-            "h11_max_incomplete_event_size": limits.max_header_bytes}
+    return {
+        "http": protocol_for(limits),
+        "timeout_keep_alive": limits.keep_alive_timeout_s,
+        "h11_max_incomplete_event_size": limits.max_header_bytes,
+    }

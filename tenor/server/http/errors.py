@@ -130,8 +130,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         if exc.status == 500:  # every 500 reaches the server's log with its traceback
             cause = exc.__cause__ or exc
-            log.error("%s %s failed", request.method, request.url.path,
-                      exc_info=(type(cause), cause, cause.__traceback__))
+            log.error(
+                "%s %s failed", request.method, request.url.path, exc_info=(type(cause), cause, cause.__traceback__)
+            )
         return exc.response()
 
     @app.exception_handler(RequestValidationError)

@@ -87,17 +87,20 @@ def merge_completions(completions: Sequence[BaseModel]) -> Completion:
     parts = [c for c in completions if isinstance(c, Completion)]
     choices = [choice for part in parts for choice in part.choices]
     usages = [part.usage for part in parts if part.usage is not None]
-    usage = Usage(prompt_tokens=sum(u.prompt_tokens for u in usages),
-                  completion_tokens=sum(u.completion_tokens for u in usages),
-                  total_tokens=sum(u.total_tokens for u in usages))
+    usage = Usage(
+        prompt_tokens=sum(u.prompt_tokens for u in usages),
+        completion_tokens=sum(u.completion_tokens for u in usages),
+        total_tokens=sum(u.total_tokens for u in usages),
+    )
     return parts[0].model_copy(update={"choices": choices, "usage": usage})
 
 
 class CompletionFormatter:
     """Choice `index` is `index_base + sample index`: a batch's prompt i has base i * n, as OpenAI numbers them."""
 
-    def __init__(self, ctx: ServerContext, request_id: str, with_logprobs: bool, index_base: int = 0,
-                 echo: Echo | None = None) -> None:
+    def __init__(
+        self, ctx: ServerContext, request_id: str, with_logprobs: bool, index_base: int = 0, echo: Echo | None = None
+    ) -> None:
         self._id = request_id
         self._index_base = index_base
         self._echo = echo
@@ -112,8 +115,11 @@ class CompletionFormatter:
         return []
 
     def chunks(self, output: RequestOutput) -> list[BaseModel]:
-        return [self._completion([self._choice(delta.index, delta.text, delta.logprobs, finish_reason(delta))])
-                for delta in output.deltas if worth_sending(delta)]
+        return [
+            self._completion([self._choice(delta.index, delta.text, delta.logprobs, finish_reason(delta))])
+            for delta in output.deltas
+            if worth_sending(delta)
+        ]
 
     def usage_chunk(self, usage: Usage) -> BaseModel:
         return self._completion([], usage)
@@ -157,8 +163,9 @@ class CompletionFormatter:
                     top_logprobs=echo_logprobs.top_logprobs + formatted.top_logprobs,
                     text_offset=echo_logprobs.text_offset + formatted.text_offset,
                 )
-        return CompletionChoice(index=self._index_base + index, text=echo_text + text, logprobs=formatted,
-                                finish_reason=reason)
+        return CompletionChoice(
+            index=self._index_base + index, text=echo_text + text, logprobs=formatted, finish_reason=reason
+        )
 
 
 def completion_logprobs(
@@ -191,8 +198,9 @@ class ChatFormatter:
 
     def opening_chunks(self, n: int) -> list[BaseModel]:
         # OpenAI announces the role first, once per choice, with empty content.
-        return [self._chunk([ChatChunkChoice(index=i, delta=ChatDelta(role="assistant", content=""))])
-                for i in range(n)]
+        return [
+            self._chunk([ChatChunkChoice(index=i, delta=ChatDelta(role="assistant", content=""))]) for i in range(n)
+        ]
 
     def chunks(self, output: RequestOutput) -> list[BaseModel]:
         chunks: list[BaseModel] = []
@@ -221,8 +229,9 @@ class ChatFormatter:
             )
             for sample in result.samples
         ]
-        return ChatCompletion(id=self._id, created=self._created, model=self._model, choices=choices,
-                              usage=usage_of(result))
+        return ChatCompletion(
+            id=self._id, created=self._created, model=self._model, choices=choices, usage=usage_of(result)
+        )
 
     def _chunk(self, choices: list[ChatChunkChoice], usage: Usage | None = None) -> ChatCompletionChunk:
         return ChatCompletionChunk(id=self._id, created=self._created, model=self._model, choices=choices, usage=usage)

@@ -75,16 +75,22 @@ def build_router(ctx: ServerContext, guard: ApiKeyGuard) -> APIRouter:
         engine_requests = [ctx.new_request("cmpl", ids, sampling) for ids in prompts]
         request_id = engine_requests[0].request_id
         formatters = [
-            CompletionFormatter(ctx, request_id, body.logprobs is not None, index_base=i * sampling.n,
-                                echo=await _echo(ctx, ids, body) if body.echo else None)
+            CompletionFormatter(
+                ctx,
+                request_id,
+                body.logprobs is not None,
+                index_base=i * sampling.n,
+                echo=await _echo(ctx, ids, body) if body.echo else None,
+            )
             for i, ids in enumerate(prompts)
         ]
         if score_only:
             return _echo_only(engine_requests, formatters, body.stream, _include_usage(body))
         if len(engine_requests) == 1:
             timer = ctx.metrics.start_request()
-            return await _respond(ctx, request, body.stream, _include_usage(body), engine_requests[0], timer,
-                                  formatters[0])
+            return await _respond(
+                ctx, request, body.stream, _include_usage(body), engine_requests[0], timer, formatters[0]
+            )
         return await _respond_batch(ctx, request, body.stream, _include_usage(body), engine_requests, formatters)
 
     @router.post("/chat/completions")
@@ -127,8 +133,9 @@ async def _respond(
     return _json(formatter.response(result), headers)
 
 
-async def _sse(generations: Sequence[Generation], formatters: Sequence[Formatter],
-               include_usage: bool) -> AsyncIterator[str]:
+async def _sse(
+    generations: Sequence[Generation], formatters: Sequence[Formatter], include_usage: bool
+) -> AsyncIterator[str]:
     """The SSE body of one request or of a batch of prompts (each generation in turn; their
     choice indices tell them apart)."""
     generated = 0
@@ -149,8 +156,9 @@ async def _sse(generations: Sequence[Generation], formatters: Sequence[Formatter
                 break
         if include_usage:
             prompt_tokens = sum(g.num_prompt_tokens for g in generations)
-            usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=generated,
-                          total_tokens=prompt_tokens + generated)
+            usage = Usage(
+                prompt_tokens=prompt_tokens, completion_tokens=generated, total_tokens=prompt_tokens + generated
+            )
             yield _event(formatters[0].usage_chunk(usage))
     except Exception as exc:  # the engine failed mid-stream; the status line is long gone
         log.exception("request %s failed mid-stream", generations[0].request.request_id)
@@ -238,14 +246,19 @@ async def _respond_batch(
     return _json(merge_completions([f.response(r) for f, r in zip(formatters, results)]))
 
 
-def _echo_only(engine_requests: list[GenerateRequest], formatters: list[CompletionFormatter], stream: bool,
-               include_usage: bool) -> Response:
+def _echo_only(
+    engine_requests: list[GenerateRequest], formatters: list[CompletionFormatter], stream: bool, include_usage: bool
+) -> Response:
     """The prompts echoed (with their logprobs when asked), nothing generated."""
     n = engine_requests[0].sampling.n
     completions = [
-        formatter.response(GenerationResult(engine_request.request_id, len(engine_request.prompt_token_ids),
-                                            tuple(SampleResult(j, finish_reason=FinishReason.LENGTH)
-                                                  for j in range(n))))
+        formatter.response(
+            GenerationResult(
+                engine_request.request_id,
+                len(engine_request.prompt_token_ids),
+                tuple(SampleResult(j, finish_reason=FinishReason.LENGTH) for j in range(n)),
+            )
+        )
         for engine_request, formatter in zip(engine_requests, formatters, strict=True)
     ]
     merged = merge_completions(completions)
@@ -260,8 +273,9 @@ def _echo_only(engine_requests: list[GenerateRequest], formatters: list[Completi
 class _BatchStream(GenerationStream):
     """Closes every generation of the batch however the stream ends."""
 
-    def __init__(self, generations: list[Generation], body: AsyncIterator[str], media_type: str,
-                 headers: dict[str, str]) -> None:
+    def __init__(
+        self, generations: list[Generation], body: AsyncIterator[str], media_type: str, headers: dict[str, str]
+    ) -> None:
         super().__init__(generations[0], body, media_type, headers)
         self._all = generations
 
@@ -289,7 +303,7 @@ def _reject_unsupported_chat(body: ChatCompletionRequest) -> None:
         raise bad_request("'tools' are not supported", "tools", code="unsupported_parameter")
     if body.response_format is not None and body.response_format.type != "text":
         raise bad_request(
-            "'response_format' supports only {\"type\": \"text\"}", "response_format", code="unsupported_parameter"
+            '\'response_format\' supports only {"type": "text"}', "response_format", code="unsupported_parameter"
         )
 
 
@@ -314,4 +328,3 @@ def _chat_logprobs(body: ChatCompletionRequest) -> int | None:
     if not body.logprobs:
         return None
     return body.top_logprobs or 0
-

@@ -84,8 +84,12 @@ class DecodeBody(StrictRequest):
 
         if (self.text_content is None) == (self.token_content is None):
             raise InvalidRequestError("set exactly one of 'text_content' and 'token_content'")
-        request = jetstream_pb2.DecodeRequest(max_tokens=self.max_tokens, num_samples=self.num_samples,
-                                              lora_adapter_id=self.lora_adapter_id, has_bos=self.has_bos)
+        request = jetstream_pb2.DecodeRequest(
+            max_tokens=self.max_tokens,
+            num_samples=self.num_samples,
+            lora_adapter_id=self.lora_adapter_id,
+            has_bos=self.has_bos,
+        )
         if self.text_content is not None:
             request.text_content.text = self.text_content.text
         else:

@@ -54,8 +54,9 @@ def build_router(ctx: ServerContext, guard: ApiKeyGuard) -> APIRouter:
             ids = ctx.pipeline.prompt_ids(TextPrompt(text, add_special_tokens=body.add_special_tokens, field=field))
         else:
             raise bad_request("missing required parameter 'prompt'", "prompt", code="missing_required_parameter")
-        return JSONResponse({"tokens": list(ids), "count": len(ids),
-                             "max_model_len": ctx.engine.limits.max_target_length})
+        return JSONResponse(
+            {"tokens": list(ids), "count": len(ids), "max_model_len": ctx.engine.limits.max_target_length}
+        )
 
     @router.post("/detokenize", dependencies=[Depends(guard)])
     async def detokenize(body: DetokenizeBody) -> JSONResponse:

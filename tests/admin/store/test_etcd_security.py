@@ -34,10 +34,33 @@ def secure_etcd(tmp_path_factory):
     url, peer = f"https://127.0.0.1:{port}", f"http://127.0.0.1:{peer_port}"
     log = tempfile.NamedTemporaryFile(prefix="tenor-etcd-", suffix=".log", delete=False)
     proc = subprocess.Popen(
-        ["etcd", "--name", "sec", "--data-dir", str(base / "data"), "--listen-client-urls", url,
-         "--advertise-client-urls", url, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-         "--initial-cluster", f"sec={peer}", "--cert-file", str(tls.cert), "--key-file", str(tls.key),
-         "--trusted-ca-file", str(tls.ca), "--client-cert-auth"], stdout=log, stderr=subprocess.STDOUT)
+        [
+            "etcd",
+            "--name",
+            "sec",
+            "--data-dir",
+            str(base / "data"),
+            "--listen-client-urls",
+            url,
+            "--advertise-client-urls",
+            url,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"sec={peer}",
+            "--cert-file",
+            str(tls.cert),
+            "--key-file",
+            str(tls.key),
+            "--trusted-ca-file",
+            str(tls.ca),
+            "--client-cert-auth",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     http = httpx.Client(base_url=url, verify=_context(tls), timeout=2)
     try:
         deadline = time.monotonic() + 20
@@ -87,9 +110,11 @@ def test_the_root_opens_with_tls_and_the_password_only(secure_etcd, tmp_path) ->
         store.close()
     wrong = tmp_path / "wrong"
     wrong.write_text("not the password")
-    for root in (f"etcd://{endpoint}/tenor",  # plain HTTP to a TLS port
-                 _root(endpoint, tls, password_file, cert=True, key=True),  # no client certificate
-                 _root(endpoint, tls, wrong)):  # wrong password
+    for root in (
+        f"etcd://{endpoint}/tenor",  # plain HTTP to a TLS port
+        _root(endpoint, tls, password_file, cert=True, key=True),  # no client certificate
+        _root(endpoint, tls, wrong),
+    ):  # wrong password
         refused = open_store(root, parse_cell_name(CELL))
         try:
             with pytest.raises(StoreError):
@@ -99,9 +124,11 @@ def test_the_root_opens_with_tls_and_the_password_only(secure_etcd, tmp_path) ->
 
 
 def test_bad_etcd_options_are_one_line_errors(tmp_path) -> None:
-    for root, message in (("etcd://127.0.0.1:1/x?user=root", "user and password_file go together"),
-                          (f"etcd://127.0.0.1:1/x?ca={tmp_path}/none.pem", "no such file"),
-                          ("etcd://127.0.0.1:1/x?token=abc", "unknown option(s) token")):
+    for root, message in (
+        ("etcd://127.0.0.1:1/x?user=root", "user and password_file go together"),
+        (f"etcd://127.0.0.1:1/x?ca={tmp_path}/none.pem", "no such file"),
+        ("etcd://127.0.0.1:1/x?token=abc", "unknown option(s) token"),
+    ):
         with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
             open_store(root, parse_cell_name(CELL))
 

@@ -50,11 +50,20 @@ def test_only_one_leader_until_it_dies(tmp_path) -> None:
 
 
 def test_lock_is_released_when_the_holder_is_killed(tmp_path) -> None:
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from tenor.admin.store.file import FileCellStore; "
-        "from tenor.admin.naming import CellName; from tenor.admin.store import AdminLocation; "
-        f"s = FileCellStore({str(tmp_path)!r}, CellName('c')); assert s.try_lead(AdminLocation('h:9', 'x')); "
-        "print('held', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from tenor.admin.store.file import FileCellStore; "
+                "from tenor.admin.naming import CellName; from tenor.admin.store import AdminLocation; "
+                f"s = FileCellStore({str(tmp_path)!r}, CellName('c')); assert s.try_lead(AdminLocation('h:9', 'x')); "
+                "print('held', flush=True); time.sleep(60)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         store = FileCellStore(tmp_path, CELL)
@@ -76,12 +85,15 @@ def test_removed_lock_file_means_lost_leadership(tmp_path) -> None:
         lead.keepalive()
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"{not json", "corrupt cell state"),
-    (b'{"version": 9, "models": []}', "unsupported state version 9"),
-    (b'{"version": 1, "models": [{"name": "/x"}]}', "corrupt cell state"),
-    (b'{"version": 1, "models": [{"name": "/tenor/c/m", "config_name": "c", "replicas": -1}]}', "replicas"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"{not json", "corrupt cell state"),
+        (b'{"version": 9, "models": []}', "unsupported state version 9"),
+        (b'{"version": 1, "models": [{"name": "/x"}]}', "corrupt cell state"),
+        (b'{"version": 1, "models": [{"name": "/tenor/c/m", "config_name": "c", "replicas": -1}]}', "replicas"),
+    ],
+)
 def test_corrupt_state_is_a_clear_error(tmp_path, content, message) -> None:
     store = FileCellStore(tmp_path, CELL)
     store.ensure_cell()

@@ -82,7 +82,7 @@ def test_hundreds_of_half_sent_heads_and_bodies_are_freed_and_others_served() ->
     with server(header_timeout_s=1.0, body_timeout_s=1.0) as (url, port):
         heads = [connect(port, HEAD) for _ in range(250)]  # the head never ends
         silent = [connect(port) for _ in range(25)]  # connect, send nothing
-        bodies = [connect(port, HEAD + b"Content-Length: 100\r\n\r\n{\"prompt\": ") for _ in range(25)]
+        bodies = [connect(port, HEAD + b'Content-Length: 100\r\n\r\n{"prompt": ') for _ in range(25)]
         try:
             assert good_request(url) == 200  # answered while 300 connections hang
             head_answers = wait_all_closed(heads + silent)
@@ -140,11 +140,14 @@ def test_an_idle_keep_alive_connection_is_closed() -> None:
         assert answer.startswith(b"HTTP/1.1 200")
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("header_timeout_s", 0, "header_timeout_s must be > 0"),
-    ("max_connections", 0, "max_connections must be >= 1"),
-    ("max_header_bytes", 100, "max_header_bytes must be in 1024..1048576"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("header_timeout_s", 0, "header_timeout_s must be > 0"),
+        ("max_connections", 0, "max_connections must be >= 1"),
+        ("max_header_bytes", 100, "max_header_bytes must be in 1024..1048576"),
+    ],
+)
 def test_bad_limits_are_refused(field, value, message) -> None:
     with pytest.raises(ValueError, match=message):
         ConnectionLimits(**{field: value})

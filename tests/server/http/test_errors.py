@@ -10,8 +10,11 @@ from tests.server.http.live import asgi_client
 pytestmark = pytest.mark.anyio
 
 CHAT = {"messages": [{"role": "user", "content": "abc"}], "max_tokens": 2}
-PATHS = {"/generate": {"prompt": "abc", "max_tokens": 2}, "/v1/completions": {"prompt": "abc", "max_tokens": 2},
-         "/v1/chat/completions": CHAT}
+PATHS = {
+    "/generate": {"prompt": "abc", "max_tokens": 2},
+    "/v1/completions": {"prompt": "abc", "max_tokens": 2},
+    "/v1/chat/completions": CHAT,
+}
 
 
 def assert_error(response, status: int, code: str) -> dict:
@@ -42,8 +45,9 @@ async def test_a_body_that_is_not_an_object_or_not_json_typed_is_a_400():
 async def test_wrong_types_name_the_field_instead_of_a_422():
     async with asgi_client() as (client, _):
         response = await client.post("/v1/completions", json={"prompt": "abc", "n": "2"})
-        nan = await client.post("/v1/completions", content=b'{"prompt": "abc", "top_p": NaN}',
-                                headers={"content-type": "application/json"})
+        nan = await client.post(
+            "/v1/completions", content=b'{"prompt": "abc", "top_p": NaN}', headers={"content-type": "application/json"}
+        )
     error = assert_error(response, 400, "invalid_value")
     assert error["param"] == "n" and "'n'" in error["message"]
     assert assert_error(nan, 400, "invalid_value")["param"] == "top_p"
@@ -130,7 +134,7 @@ async def test_an_engine_crash_mid_stream_ends_the_stream_with_an_error_event():
     async with asgi_client(Crashing(after=2)) as (client, _):
         sse = await client.post("/v1/completions", json={"prompt": "abc", "stream": True})
         ndjson = await client.post("/generate", json={"prompt": "abc", "stream": True})
-    events = [block[len("data: "):] for block in sse.text.split("\n\n") if block]
+    events = [block[len("data: ") :] for block in sse.text.split("\n\n") if block]
     assert events[-1] == "[DONE]"
     assert json.loads(events[-2])["error"]["code"] == "internal_error"
     lines = [json.loads(line) for line in ndjson.text.splitlines()]
@@ -164,7 +168,7 @@ async def test_requests_the_engine_aborts_are_503s_or_end_their_stream_with_an_e
         ndjson = await client.post("/generate", json={"prompt": "abc", "stream": True})
     assert_error(whole, 503, "aborted")
     assert_error(jetstream, 503, "aborted")
-    events = [block[len("data: "):] for block in sse.text.split("\n\n") if block]
+    events = [block[len("data: ") :] for block in sse.text.split("\n\n") if block]
     assert json.loads(events[-2])["error"]["code"] == "aborted" and events[-1] == "[DONE]"
     lines = [json.loads(line) for line in ndjson.text.splitlines()]
     assert lines == [{"text": "d"}, {"error": lines[-1]["error"]}] and lines[-1]["error"]["code"] == "aborted"

@@ -46,8 +46,9 @@ def test_echo_with_logprobs(client):
 
 
 def test_batched_stream_carries_every_index(client):
-    stream = client.completions.create(model="smol", prompt=["abc", "xy"], max_tokens=3, n=2, stream=True,
-                                       stream_options={"include_usage": True})
+    stream = client.completions.create(
+        model="smol", prompt=["abc", "xy"], max_tokens=3, n=2, stream=True, stream_options={"include_usage": True}
+    )
     texts: dict[int, str] = {}
     chunks = list(stream)
     for chunk in chunks:
@@ -59,8 +60,17 @@ def test_batched_stream_carries_every_index(client):
 
 def test_langchain_style_batch_over_plain_http(server):
     """LangChain's OpenAI(...).batch() sends one completions request holding every prompt."""
-    body = {"model": "smol", "prompt": ["Tell me a joke", "Hi"], "max_tokens": 3, "temperature": 0.7, "top_p": 1,
-            "n": 1, "logit_bias": {}, "frequency_penalty": 0, "presence_penalty": 0}
+    body = {
+        "model": "smol",
+        "prompt": ["Tell me a joke", "Hi"],
+        "max_tokens": 3,
+        "temperature": 0.7,
+        "top_p": 1,
+        "n": 1,
+        "logit_bias": {},
+        "frequency_penalty": 0,
+        "presence_penalty": 0,
+    }
     response = httpx.post(server.url + "/v1/completions", json=body, timeout=10)
     assert response.status_code == 200, response.text
     choices = sorted(response.json()["choices"], key=lambda c: c["index"])
@@ -140,8 +150,12 @@ async def test_every_500_is_logged_with_its_traceback(caplog):
         response = await client.post("/v1/completions", json={"prompt": "abc"})
         chat = await client.post("/v1/chat/completions", json=CHAT)
     assert response.status_code == 500 and chat.status_code == 500
-    assert response.json()["error"] == {"message": "internal server error", "type": "server_error", "param": None,
-                                        "code": "internal_error"}
+    assert response.json()["error"] == {
+        "message": "internal server error",
+        "type": "server_error",
+        "param": None,
+        "code": "internal_error",
+    }
     logged = [r for r in caplog.records if r.exc_info and r.exc_info[0] is ZeroDivisionError]
     assert len(logged) == 2 and "/v1/completions" in logged[0].getMessage()
 
@@ -165,8 +179,9 @@ def test_echo_with_zero_max_tokens_only_scores_the_prompts(client, server):
     assert [(c.index, c.text) for c in completion.choices] == [(0, "abc"), (1, "xy")]
     assert completion.choices[0].logprobs.token_logprobs == [None, -0.25, -0.25]
     assert completion.usage.completion_tokens == 0 and completion.usage.prompt_tokens == 5
-    stream = httpx.post(server.url + "/v1/completions", json={"prompt": "abc", "max_tokens": 0, "echo": True,
-                                                              "stream": True})
+    stream = httpx.post(
+        server.url + "/v1/completions", json={"prompt": "abc", "max_tokens": 0, "echo": True, "stream": True}
+    )
     assert stream.text.endswith("data: [DONE]\n\n") and '"text":"abc"' in stream.text
     refused = httpx.post(server.url + "/v1/completions", json={"prompt": "abc", "max_tokens": 0})
     assert refused.status_code == 400

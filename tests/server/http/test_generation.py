@@ -26,7 +26,8 @@ async def test_collect_accumulates_every_sample():
     generation = await Generation.start(RequestPipeline(engine), request(n=2), ServerMetrics(engine).start_request())
     result = await generation.collect()
     assert [(s.text, len(s.token_ids), len(s.logprobs), s.finish_reason.value) for s in result.samples] == [
-        ("def", 3, 3, "length"), ("efg", 3, 3, "length")
+        ("def", 3, 3, "length"),
+        ("efg", 3, 3, "length"),
     ]
     assert (result.num_prompt_tokens, result.num_generated_tokens) == (3, 6)
     assert engine.aborted == []
@@ -57,8 +58,9 @@ async def test_an_engine_that_yields_nothing_is_a_500():
 
 async def test_leaving_the_loop_early_aborts_the_request():
     engine = await started_engine()
-    generation = await Generation.start(RequestPipeline(engine), request(max_tokens=50),
-                                        ServerMetrics(engine).start_request())
+    generation = await Generation.start(
+        RequestPipeline(engine), request(max_tokens=50), ServerMetrics(engine).start_request()
+    )
     outputs = generation.outputs()
     await outputs.__anext__()
     await outputs.aclose()
@@ -68,8 +70,9 @@ async def test_leaving_the_loop_early_aborts_the_request():
 
 async def test_a_stream_whose_connection_fails_before_the_body_still_aborts():
     engine = await started_engine()
-    generation = await Generation.start(RequestPipeline(engine), request(max_tokens=50),
-                                        ServerMetrics(engine).start_request())
+    generation = await Generation.start(
+        RequestPipeline(engine), request(max_tokens=50), ServerMetrics(engine).start_request()
+    )
 
     async def body():
         async for output in generation.outputs():

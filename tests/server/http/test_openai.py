@@ -17,7 +17,7 @@ def sse_events(text: str) -> list[str]:
     assert text.endswith("data: [DONE]\n\n")
     events = [block for block in text.split("\n\n") if block]
     assert all(event.startswith("data: ") for event in events)
-    return [event[len("data: "):] for event in events]
+    return [event[len("data: ") :] for event in events]
 
 
 async def test_models_lists_the_served_name():
@@ -162,13 +162,28 @@ async def test_chat_stream_role_first_then_content_then_usage():
         ("/v1/completions", {"prompt": [[1, 259]]}, 400, "invalid_value", "token id 259 is out of range"),
         ("/v1/completions", {"prompt": "abc", "stop": ["x"] * 17}, 400, "invalid_value", "at most 16"),
         ("/v1/completions", {"prompt": "abc", "presence_penalty": 1.0}, 400, "unsupported_parameter", "presence"),
-        ("/v1/completions", {"prompt": "abc", "stream_options": {"include_usage": True}}, 400, "invalid_value",
-         "stream_options"),
-        ("/v1/chat/completions", {"model": "x", **{k: v for k, v in CHAT.items() if k != "model"}}, 404,
-         "model_not_found", "`x`"),
+        (
+            "/v1/completions",
+            {"prompt": "abc", "stream_options": {"include_usage": True}},
+            400,
+            "invalid_value",
+            "stream_options",
+        ),
+        (
+            "/v1/chat/completions",
+            {"model": "x", **{k: v for k, v in CHAT.items() if k != "model"}},
+            404,
+            "model_not_found",
+            "`x`",
+        ),
         ("/v1/chat/completions", {"messages": []}, 400, "invalid_value", "messages"),
-        ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, 400, "invalid_value",
-         "messages[0].role"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "robot", "content": "x"}]},
+            400,
+            "invalid_value",
+            "messages[0].role",
+        ),
         ("/v1/chat/completions", {**CHAT, "top_logprobs": 2}, 400, "invalid_value", "requires 'logprobs'"),
         ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 21}, 400, "invalid_value", "between 0"),
         ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function"}]}, 400, "unsupported_parameter", "tools"),

@@ -41,7 +41,12 @@ def test_completion_stream_with_usage(client):
 
 def test_chat(client):
     completion = client.chat.completions.create(
-        model="smol", messages=[{"role": "user", "content": "abc"}], max_tokens=2, n=2, logprobs=True, top_logprobs=1,
+        model="smol",
+        messages=[{"role": "user", "content": "abc"}],
+        max_tokens=2,
+        n=2,
+        logprobs=True,
+        top_logprobs=1,
     )
     assert completion.id.startswith("chatcmpl-")
     assert [choice.message.content for choice in completion.choices] == [";<", "<="]
@@ -52,8 +57,11 @@ def test_chat(client):
 
 def test_chat_stream(client):
     stream = client.chat.completions.create(
-        model="smol", messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
-        max_completion_tokens=3, stream=True, stream_options={"include_usage": True},
+        model="smol",
+        messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+        max_completion_tokens=3,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     chunks = list(stream)
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)

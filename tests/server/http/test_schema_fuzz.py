@@ -24,8 +24,13 @@ def test_no_generated_request_gets_a_5xx(tiny_server):
 @pytest.mark.parametrize("path", ["/generate", "/v1/completions", "/v1/chat/completions"])
 @pytest.mark.parametrize("seed", [20_000_000_000_000, -(2**63), 2**63 - 1])
 def test_any_int64_seed_samples(tiny_server, path, seed):
-    body = {"prompt": "hello", "messages": [{"role": "user", "content": "hi"}], "seed": seed, "max_tokens": 2,
-            "temperature": 1}
+    body = {
+        "prompt": "hello",
+        "messages": [{"role": "user", "content": "hi"}],
+        "seed": seed,
+        "max_tokens": 2,
+        "temperature": 1,
+    }
     first = httpx.post(tiny_server.url + path, json=body, timeout=60)
     again = httpx.post(tiny_server.url + path, json=body, timeout=60)
     assert first.status_code == 200, first.text
@@ -33,8 +38,9 @@ def test_any_int64_seed_samples(tiny_server, path, seed):
 
 
 def _fuzz(operation, base_url: str, failures: list[str]) -> None:
-    @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES_PER_OPERATION, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
     @given(case=operation.as_strategy())
     def call(case):
         if isinstance(case.body, dict):
@@ -44,7 +50,9 @@ def _fuzz(operation, base_url: str, failures: list[str]) -> None:
                 case.body[key] = min(value, 8) if isinstance(value, int) and not isinstance(value, bool) else 8
         response = case.call(base_url=base_url, timeout=60)
         if response.status_code >= 500:
-            failures.append(f"{operation.method.upper()} {operation.path} {case.body!r}: "
-                            f"{response.status_code} {response.text[:200]}")
+            failures.append(
+                f"{operation.method.upper()} {operation.path} {case.body!r}: "
+                f"{response.status_code} {response.text[:200]}"
+            )
 
     call()
