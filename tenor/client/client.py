@@ -24,6 +24,7 @@ from tenor.client.location import (
     ModelNotFoundError,
     Replicas,
     RetryPolicy,
+    addresses_from,
     call_with_retry,
 )
 from tenor.engine.api import EngineError, EngineUnavailableError, InvalidRequestError, OverloadedError
@@ -178,21 +179,11 @@ class Model:
                 self._watcher = LocationWatcher(self.name, self._watch_addresses, self._replicas).start()
 
     def _watch_addresses(self, name: str) -> Iterator[tuple[str, ...]]:
-        from tenor.client.admin_client import AdminError
-
         assert self._admin is not None
         watch = self._admin.watch_loc(name)
         with self._lock:
             self._location_watch = watch
-        try:
-            for update in watch:
-                yield update.addresses
-        except AdminError as exc:
-            if exc.code == grpc.StatusCode.NOT_FOUND:
-                raise ModelNotFoundError(str(exc)) from None
-            raise
-        finally:
-            watch.close()
+        yield from addresses_from(watch)
 
 
 def _open_access(name: str, options: ClientOptions) -> tuple[CellStore | None, CellAccess]:

@@ -13,12 +13,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Collection, Iterable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable, Collection, Iterable, Iterator, TypeVar
 
 import grpc
 
 from tenor.engine.api import EngineUnavailableError
 from tenor.errors import UserError
+
+if TYPE_CHECKING:
+    from tenor.client.admin_client import LocationWatch
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -30,6 +33,22 @@ RETRYABLE_CODES = frozenset(
 
 class ModelNotFoundError(UserError):
     """The admin does not know the model (it was never published, or was unpublished)."""
+
+
+def addresses_from(watch: LocationWatch) -> Iterator[tuple[str, ...]]:
+    """The address sets a WatchLoc stream sends, until it ends; an unknown model raises
+    ModelNotFoundError. The stream is closed however the iteration ends."""
+    from tenor.client.admin_client import AdminError
+
+    try:
+        for update in watch:
+            yield update.addresses
+    except AdminError as exc:
+        if exc.code == grpc.StatusCode.NOT_FOUND:
+            raise ModelNotFoundError(str(exc)) from None
+        raise
+    finally:
+        watch.close()
 
 
 class NoReplicaError(EngineUnavailableError):

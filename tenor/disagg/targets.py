@@ -13,10 +13,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-import grpc
-
 from tenor.admin.roles import PREFILL
-from tenor.client.location import LocationWatcher, ModelNotFoundError, Replicas
+from tenor.client.location import LocationWatcher, Replicas, addresses_from
 
 if TYPE_CHECKING:
     from tenor.client.admin_client import AdminClient, LocationWatch
@@ -37,22 +35,13 @@ class PrefillTargets:
         return list(self._replicas.addresses())
 
     def _addresses_from_admin(self, name: str) -> Iterator[tuple[str, ...]]:
-        from tenor.client.admin_client import AdminError
-
         watch = self._admin().watch_loc(name, PREFILL)
         with self._lock:
             if self._closed:
+                watch.close()
                 return
             self._watch = watch
-        try:
-            for update in watch:
-                yield update.addresses
-        except AdminError as exc:
-            if exc.code == grpc.StatusCode.NOT_FOUND:
-                raise ModelNotFoundError(str(exc)) from None
-            raise
-        finally:
-            watch.close()
+        yield from addresses_from(watch)
 
     def close(self) -> None:
         self._watcher.stop()
