@@ -128,7 +128,7 @@ class GrpcKVTransfer(KVTransfer):
 
     def _fetch_sync(self, target: str, request: pb.PrefillRequest, timeout_s: float, call_box: list) -> KVBlocks:
         start = time.monotonic()
-        blocks = None
+        blocks, cancelled = None, False
         with self.stats._lock:
             self.stats.in_flight += 1
         try:
@@ -140,11 +140,13 @@ class GrpcKVTransfer(KVTransfer):
             blocks = decode(chunks, self._max_bytes)
             return blocks
         except grpc.RpcError as exc:
+            cancelled = exc.code() == grpc.StatusCode.CANCELLED  # the request went away: not a failure
             raise _from_status(exc, target) from None
         finally:
             with self.stats._lock:
                 self.stats.in_flight -= 1
-            self.stats.record(blocks is not None, blocks, time.monotonic() - start)
+            if not (blocks is None and cancelled):
+                self.stats.record(blocks is not None, blocks, time.monotonic() - start)
 
     async def close(self) -> None:
         with self._lock:
