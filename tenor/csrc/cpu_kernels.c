@@ -127,25 +127,27 @@ void tenor_paged_decode_attention_kv8(const float *q, const int8_t *k, const int
                            slots, max_len, scale, threads);
 }
 
-/* out [R, OUT] = x [R, IN] @ W.T (+ bias) for 8-bit weights in blocks of 32 along IN, each block
- * with its own scale and offset (scales, offsets [OUT, IN / 32]): W[o, i] ~= w[o, i] * scale + offset,
- * w in -128..127. The layout holds a GGUF Q4_1 or Q8_0 block exactly. For the few rows of a decode
- * step. Each row of x is quantized to int16 per block of 32 first (absmax / 32767 steps: an error
- * near float32's, where int8 activations as llama.cpp's cost this small model whole greedy tokens),
- * so a block's product is an integer dot: 16 multiply-adds an instruction with AVX2, where
- * converting every weight to float costs several. The offsets' share uses the exact float sum of x
- * over the block. IN must be a multiple of 32, R at most 8. */
+/* out [R, OUT] = x [R, IN] @ W.T (+ bias) for weights in blocks of 32 along IN, each block with its
+ * own scale and offset (scales, offsets [OUT, IN / 32]): W[o, i] ~= w[o, i] * scale + offset, with
+ *   bits 8: w int8 in -128..127, 32 bytes a block (holds a GGUF Q4_1 or Q8_0 block exactly);
+ *   bits 4: w in 0..15, 16 bytes a block, byte i holding w[i] (low nibble) and w[i + 16] (high):
+ *           a GGUF Q4_1 block exactly, at half the bytes; one stream's decode step is bound by them.
+ * For the few rows of a decode step. Each row of x is quantized to int16 per block of 32 first
+ * (absmax / 32767 steps: an error near float32's, where int8 activations as llama.cpp's cost this
+ * small model whole greedy tokens), so a block's product is an integer dot: 16 multiply-adds an
+ * instruction with AVX2, where converting every weight to float costs several. The offsets' share
+ * uses the exact float sum of x over the block. IN must be a multiple of 32, R at most 8. */
 #ifndef __AVX2__
-static float block_dot(const int8_t *w, const int16_t *x) {
-    int32_t dot = 0;
-    for (int i = 0; i < 32; i++) dot += (int32_t)w[i] * (int32_t)x[i];
-    return (float)dot;
+static void weight_block(const uint8_t *block, int64_t bits, int16_t w[32]) {
+    for (int i = 0; i < 32; i++)
+        w[i] = bits == 8 ? (int16_t)(int8_t)block[i] : (int16_t)(i < 16 ? block[i] & 15 : block[i - 16] >> 4);
 }
 #endif
 
-void tenor_i8_block_linear_f32(const float *x, const int8_t *w, const float *scales, const float *offsets,
-                               const float *bias, float *out, int64_t R, int64_t IN, int64_t OUT, int64_t threads) {
-    const int64_t nb = IN / 32;
+void tenor_block_linear_f32(const float *x, const uint8_t *w, int64_t bits, const float *scales,
+                            const float *offsets, const float *bias, float *out, int64_t R, int64_t IN, int64_t OUT,
+                            int64_t threads) {
+    const int64_t nb = IN / 32, block_bytes = bits * 4;
     int16_t *xq = malloc(sizeof(int16_t) * R * IN);
     float *xd = malloc(sizeof(float) * R * nb), *xsum = malloc(sizeof(float) * R * nb);
     for (int64_t r = 0; r < R; r++)
@@ -163,15 +165,24 @@ void tenor_i8_block_linear_f32(const float *x, const int8_t *w, const float *sca
         }
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t o = 0; o < OUT; o++) {
-        const int8_t *wo = w + o * IN;
+        const uint8_t *wo = w + o * nb * block_bytes;
         const float *so = scales + o * nb, *fo = offsets + o * nb;
         float acc[8] = {0};
 #ifdef __AVX2__
         __m256 vacc[8];
         for (int64_t r = 0; r < R; r++) vacc[r] = _mm256_setzero_ps();
+        const __m128i nibble = _mm_set1_epi8(15);
         for (int64_t blk = 0; blk < nb; blk++) {
-            const __m256i w_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wo + blk * 32)));
-            const __m256i w_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wo + blk * 32 + 16)));
+            const uint8_t *wb = wo + blk * block_bytes;
+            __m256i w_lo, w_hi; /* weights 0..15 and 16..31 of the block as int16 */
+            if (bits == 8) {
+                w_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb));
+                w_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + 16)));
+            } else {
+                const __m128i packed = _mm_loadu_si128((const __m128i *)wb);
+                w_lo = _mm256_cvtepu8_epi16(_mm_and_si128(packed, nibble));
+                w_hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble));
+            }
             for (int64_t r = 0; r < R; r++) {
                 const int16_t *xb = xq + r * IN + blk * 32;
                 /* Pairs of int16 products summed into int32: at most 4 * 128 * 32767 a lane. */
@@ -189,10 +200,15 @@ void tenor_i8_block_linear_f32(const float *x, const int8_t *w, const float *sca
             acc[r] += ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
         }
 #else
-        for (int64_t blk = 0; blk < nb; blk++)
-            for (int64_t r = 0; r < R; r++)
-                acc[r] += block_dot(wo + blk * 32, xq + r * IN + blk * 32) * so[blk] * xd[r * nb + blk] +
-                          fo[blk] * xsum[r * nb + blk];
+        for (int64_t blk = 0; blk < nb; blk++) {
+            int16_t wb[32];
+            weight_block(wo + blk * block_bytes, bits, wb);
+            for (int64_t r = 0; r < R; r++) {
+                int32_t dot = 0;
+                for (int i = 0; i < 32; i++) dot += (int32_t)wb[i] * (int32_t)xq[r * IN + blk * 32 + i];
+                acc[r] += (float)dot * so[blk] * xd[r * nb + blk] + fo[blk] * xsum[r * nb + blk];
+            }
+        }
 #endif
         for (int64_t r = 0; r < R; r++) out[r * OUT + o] = acc[r] + (bias ? bias[o] : 0.0f);
     }
@@ -242,8 +258,8 @@ void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, f
  *   h = rms_norm(x); qkv = h W_qkv; rotate q, k and write k, v to the cache; attention;
  *   x += attn W_o; h = rms_norm(x); x += silu_mul(h W_gate_up) W_down.
  *   x       [R, D] in place: the embeddings in, the last layer's output out
- *   weights [L, 14] pointers, per layer: attn_norm, mlp_norm, then (weight, scales, offsets) of
- *           qkv, o, gate_up, down (tenor_i8_block_linear_f32's layout)
+ *   weights [L, 18] per layer: attn_norm, mlp_norm, then (weight, bits, scales, offsets) of qkv,
+ *           o, gate_up, down (tenor_block_linear_f32's layouts); pointers as integers
  *   kv      [L, 2, K, slots, E] the float32 cache; cos, sin [R, E]; slots [R]; table [R, N];
  *           lengths [R] (each sequence's context including this step's token)
  *   scores  [threads, (H / K) * max_len] floats for attention */
@@ -258,26 +274,26 @@ void tenor_llama_decode_f32(float *x, const int64_t *weights, float *kv, const f
     float *gate_up = malloc(sizeof(float) * R * 2 * F), *act = malloc(sizeof(float) * R * F);
     float *delta = malloc(sizeof(float) * R * D);
     for (int64_t l = 0; l < L; l++) {
-        const int64_t *w = weights + l * 14;
+        const int64_t *w = weights + l * 18;
 #define W_F32(i) ((const float *)(intptr_t)w[i])
-#define W_I8(i) ((const int8_t *)(intptr_t)w[i])
+#define W_Q(i) ((const uint8_t *)(intptr_t)w[i]), w[(i) + 1]
         float *kc = kv + l * layer_kv, *vc = kc + K * num_slots * E;
         tenor_rms_norm_f32(x, W_F32(0), h, R, D, eps);
-        tenor_i8_block_linear_f32(h, W_I8(2), W_F32(3), W_F32(4), NULL, qkv, R, D, width, threads);
+        tenor_block_linear_f32(h, W_Q(2), W_F32(4), W_F32(5), NULL, qkv, R, D, width, threads);
         tenor_rotary_kv_write_f32(qkv, cos, sin, kc, vc, slots, R, H, K, E, num_slots);
         for (int64_t r = 0; r < R; r++)
             for (int64_t i = 0; i < H * E; i++) q[r * H * E + i] = qkv[r * width + i];
         paged_decode_attention(q, kc, vc, NULL, NULL, NULL, NULL, table, lengths, attn, scores, R, H, K, E, N,
                                block_size, num_slots, max_len, 1.0f / sqrtf((float)E), threads);
-        tenor_i8_block_linear_f32(attn, W_I8(5), W_F32(6), W_F32(7), NULL, delta, R, H * E, D, threads);
+        tenor_block_linear_f32(attn, W_Q(6), W_F32(8), W_F32(9), NULL, delta, R, H * E, D, threads);
         for (int64_t i = 0; i < R * D; i++) x[i] += delta[i];
         tenor_rms_norm_f32(x, W_F32(1), h, R, D, eps);
-        tenor_i8_block_linear_f32(h, W_I8(8), W_F32(9), W_F32(10), NULL, gate_up, R, D, 2 * F, threads);
+        tenor_block_linear_f32(h, W_Q(10), W_F32(12), W_F32(13), NULL, gate_up, R, D, 2 * F, threads);
         tenor_silu_mul_f32(gate_up, act, R, F);
-        tenor_i8_block_linear_f32(act, W_I8(11), W_F32(12), W_F32(13), NULL, delta, R, F, D, threads);
+        tenor_block_linear_f32(act, W_Q(14), W_F32(16), W_F32(17), NULL, delta, R, F, D, threads);
         for (int64_t i = 0; i < R * D; i++) x[i] += delta[i];
 #undef W_F32
-#undef W_I8
+#undef W_Q
     }
     free(h);
     free(qkv);

@@ -91,8 +91,9 @@ class Fp16Kernel(LinearKernel):
 
 class Int8BlockKernel(Fp16Kernel):
     """Decode-sized batches (a few rows, bound by the weight bytes each step reads) through
-    tenor's 8-bit kernel: 32 weights share a scale and a minimum (which holds GGUF's Q4_1 blocks
-    exactly), 1.25 bytes a weight. Larger batches (prefill, many streams; bound by arithmetic)
+    tenor's block kernel: 32 weights share a scale and a minimum, 8 bits a weight (1.25 bytes with
+    the scales; holds GGUF's Q4_1 and Q8_0 blocks exactly), or 4 bits (0.75 bytes) when every
+    block is a Q4_1 block, as in the default model's GGUF. Larger batches (prefill, many streams; bound by arithmetic)
     through FBGEMM's fp16 GEMM, which keeps its own copy: 3.25 bytes a weight in all, still less
     than float32's 4."""
 
@@ -100,16 +101,21 @@ class Int8BlockKernel(Fp16Kernel):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__(weight, bias)
-        q, self.scales, mins = native.quantize_u8_blocks(weight)
-        self.q, self.offsets = native.signed_blocks(q, self.scales, mins)
+        q, scales, mins = native.quantize_u8_blocks(weight)
+        nibbles = native.nibble_blocks(q, scales, mins)
+        if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
+            self.bits, (self.q, self.scales, self.offsets) = 4, nibbles
+        else:
+            self.bits, self.scales = 8, scales
+            self.q, self.offsets = native.signed_blocks(q, scales, mins)
         self.bias = None if bias is None else bias.float().contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
         if rows > native.INT8_MAX_ROWS:
             return super().__call__(x)
-        flat = native.i8_block_linear(
-            x.reshape(rows, x.shape[-1]).contiguous(), self.q, self.scales, self.offsets, self.bias
+        flat = native.block_linear(
+            x.reshape(rows, x.shape[-1]).contiguous(), self.q, self.bits, self.scales, self.offsets, self.bias
         )
         return flat.view(*x.shape[:-1], self.out_features)
 

@@ -139,7 +139,7 @@ class LlamaModel(DecoderLM):
         )
 
     def _fused_decode_weights(self) -> torch.Tensor | None:
-        """[L, 14] int64 pointers into every layer's weights for native.llama_decode, or None when a
+        """[L, 18] int64 pointers into every layer's weights (and their bits) for native.llama_decode, or None when a
         layer cannot take that path (weights not int8 blocks, or sharded over a group)."""
         if self._fused_weights is None:
             rows = [self._layer_pointers(block) for block in self.layers]
@@ -155,7 +155,7 @@ class LlamaModel(DecoderLM):
             kernel = linear.kernel
             if not isinstance(kernel, Int8BlockKernel) or linear.has_bias or linear._reduce is not None:
                 return None
-            row += [kernel.q.data_ptr(), kernel.scales.data_ptr(), kernel.offsets.data_ptr()]
+            row += [kernel.q.data_ptr(), kernel.bits, kernel.scales.data_ptr(), kernel.offsets.data_ptr()]
         return row
 
     def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype, weight_format: str = "dense") -> None:

@@ -79,7 +79,7 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64]
     lib.tenor_paged_decode_attention_f32.argtypes = [_PTR] * 7 + [_I64] * 8 + [_F32, _I64]
     lib.tenor_paged_decode_attention_kv8.argtypes = [_PTR] * 9 + [_I64] * 8 + [_F32, _I64]
-    lib.tenor_i8_block_linear_f32.argtypes = [_PTR] * 6 + [_I64] * 4
+    lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64] + [_PTR] * 4 + [_I64] * 4
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 5
     lib.tenor_llama_decode_f32.argtypes = [_PTR] * 9 + [_I64] * 11 + [_F32, _I64]
     for fn in (
@@ -87,7 +87,7 @@ def library() -> ctypes.CDLL | None:
         lib.tenor_silu_mul_f32,
         lib.tenor_paged_decode_attention_f32,
         lib.tenor_paged_decode_attention_kv8,
-        lib.tenor_i8_block_linear_f32,
+        lib.tenor_block_linear_f32,
         lib.tenor_rotary_kv_write_f32,
         lib.tenor_llama_decode_f32,
     ):
@@ -246,21 +246,41 @@ def quantize_u8_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
 
 def signed_blocks(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """quantize_u8_blocks' u8 * scale + min as int8 (u8 - 128) * scale + offset, the form the
-    integer dot product takes: (int8 weights [OUT, IN], offsets [OUT, IN / 32])."""
+    """quantize_u8_blocks' u8 * scale + min as int8 (u8 - 128) * scale + offset, the 8-bit form
+    block_linear takes: (int8 weights [OUT, IN], offsets [OUT, IN / 32])."""
     return (q.to(torch.int16) - 128).to(torch.int8), (mins + 128.0 * scales).contiguous()
 
 
-def i8_block_linear(
-    x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor, bias: torch.Tensor | None
+def nibble_blocks(
+    q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """The 4-bit form of quantize_u8_blocks' output when every block is a Q4_1 block (its 8-bit
+    levels all multiples of 17, see quantize_u8_blocks): (packed uint8 [OUT, IN / 2], scales,
+    offsets [OUT, IN / 32]), byte i of a block holding w[i] and w[i + 16]. None otherwise."""
+    if bool((q % 17).any()):
+        return None
+    levels = (q // 17).view(q.shape[0], -1, 2, 16)
+    packed = (levels[:, :, 0] | (levels[:, :, 1] << 4)).reshape(q.shape[0], -1).contiguous()
+    return packed, (scales * 17.0).contiguous(), mins.contiguous()
+
+
+def block_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bits: int,
+    scales: torch.Tensor,
+    offsets: torch.Tensor,
+    bias: torch.Tensor | None,
 ) -> torch.Tensor:
-    """x [R, IN] float32 contiguous, R <= INT8_MAX_ROWS; weight int8 [OUT, IN] -> [R, OUT]. x is
-    quantized to int16 per block of 32 inside the kernel (see tenor_i8_block_linear_f32)."""
+    """x [R, IN] float32 contiguous, R <= INT8_MAX_ROWS; weight int8 [OUT, IN] (bits 8) or packed
+    uint8 [OUT, IN / 2] (bits 4) -> [R, OUT]. x is quantized to int16 per block of 32 inside the
+    kernel (see tenor_block_linear_f32)."""
     rows, out_features = x.shape[0], weight.shape[0]
     out = torch.empty(rows, out_features)
-    _built().tenor_i8_block_linear_f32(
+    _built().tenor_block_linear_f32(
         _ptr(x),
         _ptr(weight),
+        bits,
         _ptr(scales),
         _ptr(offsets),
         None if bias is None else _ptr(bias),
@@ -290,7 +310,7 @@ def llama_decode(
     eps: float,
 ) -> None:
     """Every Llama layer of a decode step in one call, x [R, D] float32 in place (R <= INT8_MAX_ROWS).
-    layer_weights [L, 14] int64: each layer's weight pointers (see tenor_llama_decode_f32); kv the
+    layer_weights [L, 18] int64: each layer's weight pointers and bits (see tenor_llama_decode_f32); kv the
     whole float32 cache [L, 2, K, slots, E]."""
     rows, dim = x.shape
     num_layers, _, kv_heads, num_slots, head_dim = kv.shape

@@ -66,29 +66,59 @@ def quantized_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.round(blocks / step.clamp(min=1e-30)), step
 
 
+def q4_1_weight(out_features: int, in_features: int, seed: int) -> torch.Tensor:
+    """Weights made of GGUF Q4_1 blocks: min + d * q4, q4 in 0..15 spanning 0 and 15."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks = in_features // 32
+    d = torch.rand(out_features, blocks, 1, generator=gen) * 0.01
+    low = torch.randn(out_features, blocks, 1, generator=gen) * 0.1
+    q4 = torch.randint(0, 16, (out_features, blocks, 32), generator=gen)
+    q4[..., 0], q4[..., 1] = 0, 15
+    return (low + d * q4).reshape(out_features, in_features)
+
+
 @needs_native
 @pytest.mark.parametrize("rows", [1, 3, 8])
-def test_i8_block_linear_matches_its_integer_reference_and_the_float_product(rows):
+@pytest.mark.parametrize("bits", [8, 4])
+def test_block_linear_matches_its_integer_reference_and_the_float_product(rows, bits):
     gen = torch.Generator().manual_seed(3)
-    weight, bias = torch.randn(40, 96, generator=gen) * 0.05, torch.randn(40, generator=gen)
+    if bits == 8:
+        weight = torch.randn(40, 96, generator=gen) * 0.05
+    else:
+        weight = q4_1_weight(40, 96, seed=4)
+    bias = torch.randn(40, generator=gen)
     q, scales, mins = native.quantize_u8_blocks(weight)
     assert q.dtype == torch.uint8 and scales.shape == mins.shape == (40, 3)
     dequantized = (q.view(40, 3, 32).float() * scales[..., None] + mins[..., None]).view(40, 96)
     assert (dequantized - weight).abs().max() <= scales.max() / 2 + 1e-6  # half a step at most
-    w8, offsets = native.signed_blocks(q, scales, mins)
-    assert w8.dtype == torch.int8
-    assert torch.allclose(
-        (w8.view(40, 3, 32).float() * scales[..., None] + offsets[..., None]).view(40, 96), dequantized, atol=1e-6
-    )
+    if bits == 8:
+        packed, offsets = native.signed_blocks(q, scales, mins)
+        assert packed.dtype == torch.int8
+        levels, step_w = packed.view(40, 3, 32).float(), scales
+    else:
+        nibbles = native.nibble_blocks(q, scales, mins)
+        assert nibbles is not None
+        packed, step_w, offsets = nibbles
+        assert packed.shape == (40, 48)
+        blocks = packed.view(40, 3, 16)  # byte i: w[i] low, w[i + 16] high
+        levels = torch.cat([blocks & 15, blocks >> 4], dim=-1).float()
+    assert torch.allclose((levels * step_w[..., None] + offsets[..., None]).view(40, 96), dequantized, atol=1e-6)
     x = torch.randn(rows, 96, generator=gen)
     xq, step = quantized_activations(x)  # [R, 3, 32], [R, 3, 1]
-    dots = torch.einsum("rbi,obi->rob", xq.double(), w8.view(40, 3, 32).double())  # exact integers
-    expected = (dots.float() * scales[None] * step[:, None, :, 0]).sum(-1) + (x.view(rows, 3, 32).sum(-1) @ offsets.T)
-    got = native.i8_block_linear(x, w8, scales, offsets, bias)
+    dots = torch.einsum("rbi,obi->rob", xq.double(), levels.double())  # exact integers
+    expected = (dots.float() * step_w[None] * step[:, None, :, 0]).sum(-1) + (x.view(rows, 3, 32).sum(-1) @ offsets.T)
+    got = native.block_linear(x, packed, bits, step_w, offsets, bias)
     assert torch.allclose(got, expected + bias, atol=1e-4)
-    assert torch.allclose(native.i8_block_linear(x, w8, scales, offsets, None), expected, atol=1e-4)
+    assert torch.allclose(native.block_linear(x, packed, bits, step_w, offsets, None), expected, atol=1e-4)
     float_product = F.linear(x, dequantized, bias)  # what activation quantization costs
     assert torch.allclose(got, float_product, atol=1e-4)
+
+
+def test_only_q4_1_blocks_pack_to_nibbles():
+    q, scales, mins = native.quantize_u8_blocks(q4_1_weight(8, 64, seed=9))
+    assert native.nibble_blocks(q, scales, mins) is not None
+    q, scales, mins = native.quantize_u8_blocks(torch.randn(8, 64) * 0.05)
+    assert native.nibble_blocks(q, scales, mins) is None
 
 
 def test_q4_1_blocks_land_on_the_u8_grid_exactly():
