@@ -79,7 +79,7 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64]
     lib.tenor_paged_decode_attention_f32.argtypes = [_PTR] * 7 + [_I64] * 8 + [_F32, _I64]
     lib.tenor_paged_decode_attention_kv8.argtypes = [_PTR] * 9 + [_I64] * 8 + [_F32, _I64]
-    lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64] + [_PTR] * 4 + [_I64] * 4
+    lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 5
     lib.tenor_llama_decode_f32.argtypes = [_PTR] * 9 + [_I64] * 11 + [_F32, _I64]
     for fn in (
