@@ -165,8 +165,14 @@ def test_abort_frees_slot_and_kv_and_overload_is_reported():
         ]
         with pytest.raises(OverloadedError):
             engine.generate(GenerateRequest("extra", ids, SamplingParams(max_tokens=4)))
-        first = await streams[0].__anext__()
+        # Every stream is started (a generator never started has no code to run on close): the
+        # 8 running ones wait for their next token, the queued one for its first.
+        nexts = [asyncio.ensure_future(s.__anext__()) for s in streams]
+        first = await nexts[0]
         assert first.deltas
+        for pending in nexts[1:]:
+            pending.cancel()  # the caller goes away mid-wait: the stream's cleanup aborts it
+        await asyncio.gather(*nexts[1:], return_exceptions=True)
         for s in streams:
             await s.aclose()
         for _ in range(200):
@@ -180,6 +186,7 @@ def test_abort_frees_slot_and_kv_and_overload_is_reported():
 
     stats, still_works = run(main())
     assert stats.num_running == 0 and stats.kv_cache_usage == 0.0
+    assert stats.generation_tokens_total < TINY.max_batch_size * 400 // 2  # aborted, not run to the end
     assert len(still_works[0][0]) >= 1
 
 
