@@ -37,6 +37,8 @@ class ServableConfig:
     max_prefill_predict_length: int = 1024  # longest prompt, tokens
     max_target_length: int = 2048  # prompt + generated, tokens
     tokenized: bool = False  # True: requests and responses are comma-separated token ids
+    # A tokenized model that also reads plain text (answered in text): SAX's multi-host test model.
+    accepts_text: bool = False
     tokenizer: str = "checkpoint"
     random_weights: bool = False  # test models: no checkpoint, weights from `seed`
     seed: int = 1234
@@ -52,6 +54,8 @@ class ServableConfig:
             raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}")
         if not self.group_sizes or any(not isinstance(n, int) or n < 1 for n in self.group_sizes):
             raise ValueError(f"group_sizes must be positive integers, got {self.group_sizes!r}")
+        if self.accepts_text and not self.tokenized:
+            raise ValueError("accepts_text only applies to a tokenized model (every other model reads text)")
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
         if not 0 < self.max_prefill_predict_length < self.max_target_length:
@@ -312,6 +316,7 @@ register(
         quantize="none",
         max_batch_size=8,
         tokenized=True,
+        accepts_text=True,
         max_prefill_predict_length=256,
         max_target_length=512,
         tokenizer="bytes",

@@ -84,10 +84,11 @@ async def _generate(
         engine = create_engine(servable, checkpoint, EngineOptions(warmup=False, max_waiting=1, group=local.leader))
         await engine.start()
         try:
-            pipeline = RequestPipeline(engine, servable.tokenized)
+            pipeline = RequestPipeline(engine, servable.tokenized, servable.accepts_text)
             if chat:
                 ids = pipeline.prompt_ids(ChatPrompt(({"role": "user", "content": prompt},), field="PROMPT"))
             else:
+                pipeline = pipeline.for_prompt(TextPrompt(prompt, field="PROMPT"))
                 ids = pipeline.prompt_ids(TextPrompt(prompt, field="PROMPT"))
             samples = await pipeline.collect(pipeline.request("gen", ids, sampling))
         finally:

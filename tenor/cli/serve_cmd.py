@@ -123,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
             grpc_port=args.grpc_port,
             tokenized=servable.tokenized,
             limits=limits,
+            accepts_text=servable.accepts_text,
         )
 
 

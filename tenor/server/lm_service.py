@@ -47,10 +47,11 @@ class ReadyModel:
     tokenized: bool  # requests and responses are comma-separated token ids
     record_latency: Callable[[float], None]  # seconds a request took, for status percentiles
     record_failure: Callable[[], None]  # a request that ended with an error
+    accepts_text: bool = False  # a tokenized model that also reads text prompts
 
     @property
     def pipeline(self) -> RequestPipeline:
-        return RequestPipeline(self.engine, self.tokenized)
+        return RequestPipeline(self.engine, self.tokenized, self.accepts_text)
 
 
 class ModelLookup(Protocol):
@@ -110,7 +111,7 @@ class LMService(lm_pb2_grpc.LMServiceServicer):
         self, request: lm_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> lm_pb2.GenerateResponse:
         async with self._serving(request.model_key, context) as model:
-            pipeline = model.pipeline
+            pipeline = model.pipeline.for_prompt(TextPrompt(request.text))
             samples = Samples(pipeline, _sampling(request).n)
             async for output in _run(pipeline, request):
                 samples.add(output)
@@ -123,14 +124,14 @@ class LMService(lm_pb2_grpc.LMServiceServicer):
         self, request: lm_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[lm_pb2.GenerateStreamResponse]:
         async with self._serving(request.model_key, context) as model:
-            pipeline = model.pipeline
+            pipeline = model.pipeline.for_prompt(TextPrompt(request.text))
             samples = Samples(pipeline, _sampling(request).n)
             async for output in _run(pipeline, request):
                 yield _stream_response(samples, output)
 
     async def Score(self, request: lm_pb2.ScoreRequest, context: grpc.aio.ServicerContext) -> lm_pb2.ScoreResponse:
         async with self._serving(request.model_key, context) as model:
-            logps = await _score(model.pipeline, request)
+            logps = await _score(model.pipeline.for_prompt(TextPrompt(request.prefix)), request)
         return lm_pb2.ScoreResponse(logp=logps)
 
 

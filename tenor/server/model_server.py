@@ -306,6 +306,7 @@ class HttpFace:
                     model.engine,
                     served_model_name=model.name,
                     tokenized=model.servable.tokenized,
+                    accepts_text=model.servable.accepts_text,
                     body_timeout_s=self._body_timeout_s,
                 )
                 self._mounted[key] = (model.engine, app)

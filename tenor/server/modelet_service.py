@@ -124,7 +124,10 @@ class ModelTable:
         if served.status != Status.LOADED or served.engine is None or served.servable is None:
             reason = f": {served.failure_reason}" if served.failure_reason else ""
             raise EngineUnavailableError(f"{model_key} is {Status.Name(served.status)}{reason}")
-        return ReadyModel(served.engine, served.servable.tokenized, served.record, served.record_failure)
+        servable = served.servable
+        return ReadyModel(
+            served.engine, servable.tokenized, served.record, served.record_failure, servable.accepts_text
+        )
 
     async def load(self, name: str, spec: ModelSpec) -> None:
         """Returns once loaded; raises LoadFailedError with the reason. Idempotent for the same spec."""

@@ -54,6 +54,7 @@ async def decode(
 ) -> AsyncGenerator[jetstream_pb2.DecodeResponse, None]:
     """One DecodeResponse per engine output, with every sample's new text and ids."""
     prompt, ids_only = decode_prompt(pipeline, request)
+    pipeline = pipeline.for_prompt(prompt)
     sampling = decode_sampling(request)
     engine_request = pipeline.request("decode", pipeline.prompt_ids(prompt), sampling)
     async for output in pipeline.outputs(engine_request):
@@ -129,7 +130,8 @@ def jetstream_orchestrator(table: _LoadedModels) -> OrchestratorService:
         models = loaded()
         if len(models) != 1:
             raise EngineUnavailableError(f"JetStream's API serves one model per server; {len(models)} are loaded here")
-        return RequestPipeline(models[0].engine, models[0].servable.tokenized)
+        servable = models[0].servable
+        return RequestPipeline(models[0].engine, servable.tokenized, servable.accepts_text)
 
     def health() -> HealthState:
         models = loaded()

@@ -9,7 +9,9 @@ comes back. Every failure here is an `InvalidRequestError` naming the offending 
 that the error table (tenor.server.error_table) gives each one status everywhere.
 
 A *tokenized* model (SAX's GPT-J configs) reads and writes comma-separated token ids in
-place of text: its prompts are parsed as ids and its outputs rendered as ids.
+place of text: its prompts are parsed as ids and its outputs rendered as ids. One that also
+*accepts text* (SAX's multi-host test model) reads a prompt that is not a list of ids as text
+and answers that request in text: `for_prompt` gives the pipeline for each request.
 """
 
 from __future__ import annotations
@@ -94,9 +96,21 @@ class Samples:
 class RequestPipeline:
     """Turns prompts into checked engine requests for one engine."""
 
-    def __init__(self, engine: Engine, tokenized: bool = False) -> None:
+    def __init__(self, engine: Engine, tokenized: bool = False, accepts_text: bool = False) -> None:
         self.engine = engine
         self.tokenized = tokenized
+        self.accepts_text = accepts_text
+
+    def for_prompt(self, prompt: Prompt) -> "RequestPipeline":
+        """The pipeline that reads `prompt` and frames its answers: this one, or, for a
+        tokenized model that accepts text, a text pipeline when the prompt is not token ids."""
+        if not (self.tokenized and self.accepts_text) or not isinstance(prompt, TextPrompt):
+            return self
+        try:
+            parse_token_ids(prompt.text)
+        except UserError:
+            return RequestPipeline(self.engine)
+        return self
 
     @property
     def limits(self) -> EngineLimits:

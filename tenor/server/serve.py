@@ -49,6 +49,7 @@ class ServeOptions:
     grpc_port: int | None = None  # JetStream's gRPC Orchestrator here too (0: any free port)
     tokenized: bool = False  # the model reads and writes comma-separated token ids
     limits: ConnectionLimits = ConnectionLimits()
+    accepts_text: bool = False  # a tokenized model that also reads text prompts
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -76,11 +77,12 @@ def run_server(
     grpc_port: int | None = None,
     tokenized: bool = False,
     limits: ConnectionLimits = ConnectionLimits(),
+    accepts_text: bool = False,
 ) -> int:
     """Serves until SIGINT/SIGTERM; returns the exit status (0 after a clean drain).
     Raises UserError when the address cannot be bound."""
     options = ServeOptions(
-        host, port, api_key, served_model_name, drain_timeout_s, log_level, grpc_port, tokenized, limits
+        host, port, api_key, served_model_name, drain_timeout_s, log_level, grpc_port, tokenized, limits, accepts_text
     )
     sock = bind_socket(options.host, options.port)
     try:
@@ -191,6 +193,7 @@ async def _serve_in(
             served_model_name=options.served_model_name,
             api_key=options.api_key,
             tokenized=options.tokenized,
+            accepts_text=options.accepts_text,
             body_timeout_s=options.limits.body_timeout_s,
         )
         url = url_of(sock, options.host)

@@ -56,13 +56,24 @@ def test_tokenized_model_takes_and_returns_ids():
     assert sample["text"] == ",".join(map(str, sample["token_ids"]))
 
 
+def test_a_tokenized_model_that_accepts_text_answers_text_in_text():
+    out = tenor(
+        "generate", "--model", "test.LmSpmdRandom", "--max-tokens", "4", "--json", "Who is Harry Potter's mother?"
+    )
+    assert out.returncode == 0, out.stderr
+    sample = json.loads(out.stdout)
+    assert len(sample["token_ids"]) == 4
+    # Random weights over UTF-8 bytes: the text is whatever those bytes decode to, not the ids.
+    assert sample["text"] != ",".join(map(str, sample["token_ids"]))
+
+
 def test_bad_input_is_one_line():
     for args in (
         ["--model", "no.SuchModel", "hi"],
         ["--model", "/no/such/dir", "hi"],
         ["--model", "test.TinyLlamaRandom", "--max-tokens", "0", "hi"],
         ["--model", "test.TinyLlamaRandom", "--temperature", "-1", "hi"],
-        ["--model", "test.LmSpmdRandom", "1,x,3"],
+        ["--model", "test.LmSpmdRandom", "1,2,99999"],
     ):
         out = tenor("generate", *args)
         assert out.returncode == 2, (args, out.stderr)

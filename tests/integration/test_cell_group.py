@@ -9,6 +9,7 @@ client retries on the other replica), leaves the cell and exits; nothing is left
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,13 @@ def test_spmd_model_lands_on_the_group_and_generates(cell):
     assert list(addresses) == [leader.address]
     generated = run_cli(root, "lm.generate", "--extra", "per_example_max_decode_steps:4", SPMD, "5,6,7")
     assert generated.returncode == 0, generated.stderr + leader.output()
+    assert re.search(r"\b\d+,\d+,\d+,\d+\b", generated.stdout), generated.stdout  # ids in, ids out
+    # The SAX walkthrough's text prompt: read as text (UTF-8 bytes), answered in text.
+    in_text = run_cli(
+        root, "lm.generate", "--extra", "per_example_max_decode_steps:4", SPMD, "Q: Who is Harry Potter's mother? A: "
+    )
+    assert in_text.returncode == 0, in_text.stderr + leader.output()
+    assert not re.search(r"\b\d+,\d+,\d+,\d+\b", in_text.stdout), in_text.stdout
     listed = run_cli(root, "ls", SPMD)
     assert listed.returncode == 0 and f"{leader.address} (group of 2)" in listed.stdout
     unpublished = run_cli(root, "unpublish", SPMD)

@@ -16,9 +16,10 @@ from tenor.server.lm_service import LMService, ModelNotServedError, ReadyModel
 class FakeModels:
     """ModelLookup over a dict of engines; records latencies."""
 
-    def __init__(self, engines: dict[str, MockEngine], tokenized: bool = False) -> None:
+    def __init__(self, engines: dict[str, MockEngine], tokenized: bool = False, accepts_text: bool = False) -> None:
         self.engines = engines
         self.tokenized = tokenized
+        self.accepts_text = accepts_text
         self.latencies: list[float] = []
         self.failures = 0
 
@@ -28,7 +29,7 @@ class FakeModels:
         engine = self.engines[model_key]
         if engine.health() is not HealthState.READY:
             raise EngineUnavailableError(f"{model_key} is {engine.health().value}")
-        return ReadyModel(engine, self.tokenized, self.latencies.append, self._failed)
+        return ReadyModel(engine, self.tokenized, self.latencies.append, self._failed, self.accepts_text)
 
     def _failed(self) -> None:
         self.failures += 1

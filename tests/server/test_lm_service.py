@@ -255,6 +255,25 @@ def test_tokenized_model_takes_and_returns_comma_separated_ids():
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "item 1" in error.details()
 
 
+def test_a_tokenized_model_that_accepts_text_answers_each_prompt_in_its_own_form():
+    async def body():
+        models = FakeModels({MODEL: await started()}, tokenized=True, accepts_text=True)
+        async with lm_stub(models) as stub:
+            steps = extra(per_example_max_decode_steps=2)
+            as_ids = await stub.Generate(lm_pb2.GenerateRequest(model_key=MODEL, text="100,101", extra_inputs=steps))
+            as_text = await stub.Generate(lm_pb2.GenerateRequest(model_key=MODEL, text="ab", extra_inputs=steps))
+            acc = ""
+            async for message in stub.GenerateStream(
+                lm_pb2.GenerateRequest(model_key=MODEL, text="ab", extra_inputs=steps)
+            ):
+                acc = acc[: message.items[0].prefix_len] + message.items[0].text
+            return as_ids, as_text, acc
+
+    as_ids, as_text, streamed = run(body())
+    assert as_ids.texts[0].text == "102,103"
+    assert as_text.texts[0].text == streamed == "cd"  # MockEngine continues "ab" with the next bytes
+
+
 def test_sampling_from_extra_maps_sax_keys():
     sampling = sampling_from_extra(
         extra(temperature=0.5, per_example_top_k=40, per_example_top_p=0.75, per_example_max_decode_steps=7, seed=3)

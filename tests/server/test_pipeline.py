@@ -100,6 +100,52 @@ def test_tokenized_outputs_are_ids_and_samples_collect():
     assert samples[0].cumulative_logprob == -1.5
 
 
+@pytest.mark.parametrize(
+    "tokenized, accepts_text, prompt, reads_ids",
+    [
+        (True, True, TextPrompt("100,101"), True),
+        (True, True, TextPrompt(" 100 , 101 "), True),
+        (True, True, TextPrompt("hello, world"), False),
+        (True, True, TextPrompt("100,abc"), False),  # not ids, so text
+        (True, False, TextPrompt("hello"), True),  # ids only: prompt_ids then refuses it
+        (False, False, TextPrompt("100,101"), False),
+        (True, True, TokenPrompt((100, 101)), True),
+    ],
+)
+def test_for_prompt_reads_ids_or_text(tokenized, accepts_text, prompt, reads_ids):
+    pipe = RequestPipeline(MockEngine(limits=LIMITS), tokenized, accepts_text)
+    assert pipe.for_prompt(prompt).tokenized is reads_ids
+
+
+def test_a_text_prompt_to_a_model_that_accepts_text_is_answered_in_text():
+    async def main():
+        pipe = RequestPipeline(MockEngine(limits=LIMITS), tokenized=True, accepts_text=True)
+        await pipe.engine.start()
+        results = []
+        for text in ("100,101", "ab"):
+            request_pipe = pipe.for_prompt(TextPrompt(text))
+            ids = request_pipe.prompt_ids(TextPrompt(text))
+            results.append(await request_pipe.collect(request_pipe.request("t", ids, SamplingParams(max_tokens=2))))
+        await pipe.engine.stop()
+        return results
+
+    as_ids, as_text = asyncio.run(main())
+    assert as_ids[0].text == "102,103"
+    # MockEngine continues with the next id: after "ab" come the ids of "c" and "d".
+    assert as_text[0].text == "cd" and len(as_text[0].token_ids) == 2
+
+
+def test_accepts_text_needs_a_tokenized_model():
+    import dataclasses
+
+    from tenor import registry
+
+    spmd = registry.get("test.LmSpmdRandom")
+    assert spmd.tokenized and spmd.accepts_text
+    with pytest.raises(ValueError, match="accepts_text only applies to a tokenized model"):
+        dataclasses.replace(spmd, tokenized=False)
+
+
 def test_error_table_gives_each_error_one_status_everywhere():
     import grpc
 

@@ -30,15 +30,19 @@ def build_app(
     served_model_name: str | None = None,
     api_key: str | None = None,
     tokenized: bool = False,
+    accepts_text: bool = False,
     body_timeout_s: float = 30.0,
 ) -> FastAPI:
     """An app serving `engine` under `served_model_name` (default: engine.model_name).
     With `api_key`, /v1/* and /generate need `Authorization: Bearer <api_key>`. A
-    `tokenized` model reads and writes comma-separated token ids in place of text."""
+    `tokenized` model reads and writes comma-separated token ids in place of text (and, if it
+    `accepts_text`, text too)."""
     name = served_model_name if served_model_name is not None else engine.model_name
     if not name:
         raise ValueError("served_model_name must not be empty")
-    ctx = ServerContext(engine=engine, model_name=name, metrics=ServerMetrics(engine), tokenized=tokenized)
+    ctx = ServerContext(
+        engine=engine, model_name=name, metrics=ServerMetrics(engine), tokenized=tokenized, accepts_text=accepts_text
+    )
     guard = ApiKeyGuard(api_key)
 
     # With a key, the schema and its viewers are closed too: they would tell strangers what is served.

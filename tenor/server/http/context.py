@@ -21,10 +21,11 @@ class ServerContext:
     created: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False  # set on SIGTERM: in-flight requests finish, new ones get 503
     tokenized: bool = False  # the model reads and writes comma-separated token ids
+    accepts_text: bool = False  # ... and also reads text prompts (answered in text)
     pipeline: RequestPipeline = field(init=False)
 
     def __post_init__(self) -> None:
-        self.pipeline = RequestPipeline(self.engine, self.tokenized)
+        self.pipeline = RequestPipeline(self.engine, self.tokenized, self.accepts_text)
 
     def health(self) -> HealthState:
         return HealthState.STOPPED if self.draining else self.engine.health()

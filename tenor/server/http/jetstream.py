@@ -73,11 +73,12 @@ def build_router(ctx: ServerContext, guard: ApiKeyGuard) -> APIRouter:
             seed=body.seed,
             stop=stop_strings(body.stop),
         )
-        prompt_ids = ctx.pipeline.prompt_ids(TextPrompt(body.prompt))
-        engine_request = ctx.new_request("gen", prompt_ids, sampling)
+        prompt = TextPrompt(body.prompt)
+        pipeline = ctx.pipeline.for_prompt(prompt)
+        engine_request = ctx.new_request("gen", pipeline.prompt_ids(prompt), sampling)
         headers = {"X-Request-Id": engine_request.request_id}
         try:
-            generation = await cancel_on_disconnect(request, Generation.start(ctx.pipeline, engine_request, timer))
+            generation = await cancel_on_disconnect(request, Generation.start(pipeline, engine_request, timer))
             if body.stream:
                 return GenerationStream(generation, _ndjson(generation), NDJSON, headers)
             result = await cancel_on_disconnect(request, generation.collect())
