@@ -28,7 +28,7 @@ DTYPE_CHOICES = ("auto", "bfloat16", "float32")
 QUANTIZE_CHOICES = ("auto", "none", "fp16", "int8")
 WEIGHT_LABELS = {
     "dense": "weights in the activation dtype",
-    "fp16": "float16 weights (FBGEMM)",
+    "fp16": "float16 weights, read in place by tenor's kernel for decode, FBGEMM's fp16 GEMM for prefill",
     "int8": "int8 weights in blocks of 32 for decode (tenor's kernel), float16 (FBGEMM) for prefill",
 }
 

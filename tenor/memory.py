@@ -22,7 +22,8 @@ from tenor.models.config import ModelConfig
 
 # Bytes per element, by torch's name ("bfloat16") and by safetensors' ("BF16"). "auto" (the
 # serving dtype tenor picks per CPU, tenor.hardware) counts as float32, the widest it picks: bf16
-# weights, fp16 weights and the 8-bit decode weights beside their fp16 copy (3.25 bytes) all fit.
+# weights, fp16 weights (a plain copy for decode beside FBGEMM's packed one: 4 bytes) and the
+# 8-bit decode weights beside their fp16 copy (3.25 bytes) all fit.
 DTYPE_BYTES = {
     "auto": 4,
     "float64": 8,

@@ -127,6 +127,76 @@ void tenor_paged_decode_attention_kv8(const float *q, const int8_t *k, const int
                            slots, max_len, scale, threads);
 }
 
+#if !(defined(__AVX2__) && defined(__F16C__))
+/* IEEE half -> float, for CPUs without F16C (the AVX2 path converts 8 at a time in hardware). */
+static float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    union { uint32_t u; float f; } bits;
+    if (exponent == 0x1f) {
+        bits.u = sign | 0x7f800000u | (mantissa << 13);  /* inf, nan */
+    } else if (exponent == 0) {
+        bits.f = ldexpf((float)mantissa, -24);  /* zero, subnormal */
+        bits.u |= sign;
+    } else {
+        bits.u = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    }
+    return bits.f;
+}
+#endif
+
+/* out [R, OUT] = x [R, IN] @ W.T (+ bias) for float16 weights w [OUT, IN], read in place: the
+ * float weights' decode path, bound by their 2 bytes a weight where FBGEMM's packed fp16 GEMM
+ * pays a per-call cost made for big batches. Float32 products and sums. R at most 8, IN a
+ * multiple of 8. */
+static void half_linear(const float *x, const uint16_t *w, const float *bias, float *out, int64_t R, int64_t IN,
+                        int64_t OUT, int64_t threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t o = 0; o < OUT; o++) {
+        const uint16_t *wo = w + o * IN;
+        float acc[8] = {0};
+#if defined(__AVX2__) && defined(__F16C__)
+        if (R == 1) { /* one stream: four chains, so the adds' latency does not bound the loop */
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            int64_t i = 0;
+            for (; i + 32 <= IN; i += 32) {
+                a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wo + i))),
+                                     _mm256_loadu_ps(x + i), a0);
+                a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wo + i + 8))),
+                                     _mm256_loadu_ps(x + i + 8), a1);
+                a2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wo + i + 16))),
+                                     _mm256_loadu_ps(x + i + 16), a2);
+                a3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wo + i + 24))),
+                                     _mm256_loadu_ps(x + i + 24), a3);
+            }
+            for (; i < IN; i += 8)
+                a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wo + i))),
+                                     _mm256_loadu_ps(x + i), a0);
+            float lanes[8];
+            _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+            acc[0] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+        } else {
+            __m256 vacc[8];
+            for (int64_t r = 0; r < R; r++) vacc[r] = _mm256_setzero_ps();
+            for (int64_t i = 0; i < IN; i += 8) {
+                const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wo + i)));
+                for (int64_t r = 0; r < R; r++) vacc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * IN + i), vacc[r]);
+            }
+            for (int64_t r = 0; r < R; r++) {
+                float lanes[8];
+                _mm256_storeu_ps(lanes, vacc[r]);
+                acc[r] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+            }
+        }
+#else
+        for (int64_t i = 0; i < IN; i++) {
+            const float wi = half_to_float(wo[i]);
+            for (int64_t r = 0; r < R; r++) acc[r] += wi * x[r * IN + i];
+        }
+#endif
+        for (int64_t r = 0; r < R; r++) out[r * OUT + o] = acc[r] + (bias ? bias[o] : 0.0f);
+    }
+}
+
 /* out [R, OUT] = x [R, IN] @ W.T (+ bias) for weights in blocks of 32 along IN, each block with its
  * own scale and offset (scales, offsets [OUT, IN / 32]): W[o, i] ~= w[o, i] * scale + offset, with
  *   bits 8: w int8 in -128..127, 32 bytes a block (holds a GGUF Q4_1 or Q8_0 block exactly);
@@ -136,7 +206,8 @@ void tenor_paged_decode_attention_kv8(const float *q, const int8_t *k, const int
  * (absmax / 32767 steps: an error near float32's, where int8 activations as llama.cpp's cost this
  * small model whole greedy tokens), so a block's product is an integer dot: 16 multiply-adds an
  * instruction with AVX2, where converting every weight to float costs several. The offsets' share
- * uses the exact float sum of x over the block. IN must be a multiple of 32, R at most 8. */
+ * uses the exact float sum of x over the block. IN must be a multiple of 32, R at most 8.
+ *   bits 16: float16 weights [OUT, IN] (no scales or offsets), through half_linear. */
 #ifndef __AVX2__
 static void weight_block(const uint8_t *block, int64_t bits, int16_t w[32]) {
     for (int i = 0; i < 32; i++)
@@ -147,6 +218,10 @@ static void weight_block(const uint8_t *block, int64_t bits, int16_t w[32]) {
 void tenor_block_linear_f32(const float *x, const uint8_t *w, int64_t bits, const float *scales,
                             const float *offsets, const float *bias, float *out, int64_t R, int64_t IN, int64_t OUT,
                             int64_t threads) {
+    if (bits == 16) {
+        half_linear(x, (const uint16_t *)w, bias, out, R, IN, OUT, threads);
+        return;
+    }
     const int64_t nb = IN / 32, block_bytes = bits * 4;
     int16_t *xq = malloc(sizeof(int16_t) * R * IN);
     float *xd = malloc(sizeof(float) * R * nb), *xsum = malloc(sizeof(float) * R * nb);

@@ -10,8 +10,9 @@ Each kernel owns its weight in the layout its library wants and computes x @ W.T
 - `Fp16Kernel`: float16 weights through FBGEMM's fp16 GEMM (float32 in and out, float32
   accumulation). Half the bytes of float32; on an AVX2 EPYC 1.5-2x faster than float32 at
   batch 32-256 and 6x for the 49152-row LM head at batch 1.
-- `Int8BlockKernel`: 8-bit weights in blocks of 32 (a scale and a minimum each) through
-  tenor's own kernel for decode-sized batches (0.6x fp16's bytes), FBGEMM fp16 for larger ones.
+- `DecodeKernel`s: tenor's own kernel (tenor/csrc) for decode-sized batches, FBGEMM fp16 for
+  larger ones. `Int8BlockKernel` holds 8-bit (or 4-bit) weights in blocks of 32 with a scale and
+  a minimum each; `Fp16DecodeKernel` float16 weights, read in place.
 - `Int8WeightOnlyKernel`: int8 weights with per-row scales (`tenor convert --quantize int8`),
   through torch's fused CPU kernel.
 """
@@ -89,25 +90,19 @@ class Fp16Kernel(LinearKernel):
         return self._bytes
 
 
-class Int8BlockKernel(Fp16Kernel):
+class DecodeKernel(Fp16Kernel):
     """Decode-sized batches (a few rows, bound by the weight bytes each step reads) through
-    tenor's block kernel: 32 weights share a scale and a minimum, 8 bits a weight (1.25 bytes with
-    the scales; holds GGUF's Q4_1 and Q8_0 blocks exactly), or 4 bits (0.75 bytes) when every
-    block is a Q4_1 block, as in the default model's GGUF. Larger batches (prefill, many streams; bound by arithmetic)
-    through FBGEMM's fp16 GEMM, which keeps its own copy: 3.25 bytes a weight in all, still less
-    than float32's 4."""
+    tenor's native kernel on a compact copy of the weight (`q`, read in place); larger batches
+    (prefill, many streams; bound by arithmetic) through FBGEMM's fp16 GEMM, which keeps its own
+    packed copy. Subclasses choose the compact form."""
 
-    name = "int8"
+    q: torch.Tensor
+    bits: int  # tenor_block_linear_f32's weight format: 4, 8 (blocks with scales) or 16 (float16)
+    scales: torch.Tensor
+    offsets: torch.Tensor
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__(weight, bias)
-        q, scales, mins = native.quantize_u8_blocks(weight)
-        nibbles = native.nibble_blocks(q, scales, mins)
-        if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
-            self.bits, (self.q, self.scales, self.offsets) = 4, nibbles
-        else:
-            self.bits, self.scales = 8, scales
-            self.q, self.offsets = native.signed_blocks(q, scales, mins)
         self.bias = None if bias is None else bias.float().contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -121,6 +116,38 @@ class Int8BlockKernel(Fp16Kernel):
 
     def nbytes(self) -> int:
         return super().nbytes() + _nbytes(self.q, self.scales, self.offsets)
+
+
+class Int8BlockKernel(DecodeKernel):
+    """8-bit weights in blocks of 32 that share a scale and a minimum (1.25 bytes a weight with the
+    scales; holds GGUF's Q4_1 and Q8_0 blocks exactly), or 4 bits (0.75 bytes) when every block
+    is a Q4_1 block, as in the default model's GGUF. With FBGEMM's copy for big batches: 3.25
+    bytes a weight in all, still less than float32's 4."""
+
+    name = "int8"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__(weight, bias)
+        q, scales, mins = native.quantize_u8_blocks(weight)
+        nibbles = native.nibble_blocks(q, scales, mins)
+        if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
+            self.bits, (self.q, self.scales, self.offsets) = 4, nibbles
+        else:
+            self.bits, self.scales = 8, scales
+            self.q, self.offsets = native.signed_blocks(q, scales, mins)
+
+
+class Fp16DecodeKernel(DecodeKernel):
+    """Float16 weights read in place by tenor's kernel for decode (FBGEMM's packed GEMM has a
+    per-call cost made for big batches: at one stream it ran at ~8 GB/s of weights on an AVX2
+    EPYC). The same values as FBGEMM's copy, so decode and prefill agree; 4 bytes a weight in all."""
+
+    name = "fp16"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__(weight, bias)
+        self.bits, self.q = 16, weight.to(torch.float16).contiguous()
+        self.scales = self.offsets = torch.empty(0)
 
 
 class Int8WeightOnlyKernel(LinearKernel):
@@ -178,8 +205,8 @@ def make_kernel(
             raise ValueError(f"{weight_format} weights need float32 activations, got {dtype}")
         with warnings.catch_warnings():  # FBGEMM's prepack warns about quantized tensors it does not use here
             warnings.simplefilter("ignore")
-            if weight_format == "int8" and weight.shape[1] % native.INT8_BLOCK == 0 and native.available():
-                return Int8BlockKernel(weight, bias)
+            if weight.shape[1] % native.INT8_BLOCK == 0 and native.available():
+                return Int8BlockKernel(weight, bias) if weight_format == "int8" else Fp16DecodeKernel(weight, bias)
             return Fp16Kernel(weight, bias)
     weight = weight.to(dtype).contiguous()
     packed = onednn_pack(weight)

@@ -10,7 +10,7 @@ from torch import nn
 from tenor.models import native
 from tenor.models.config import ModelConfig
 from tenor.models.decoder import DecoderLM
-from tenor.models.kernels import Int8BlockKernel
+from tenor.models.kernels import DecodeKernel
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
 
 
@@ -140,7 +140,7 @@ class LlamaModel(DecoderLM):
 
     def _fused_decode_weights(self) -> torch.Tensor | None:
         """[L, 18] int64 pointers into every layer's weights (and their bits) for native.llama_decode, or None when a
-        layer cannot take that path (weights not int8 blocks, or sharded over a group)."""
+        layer cannot take that path (weights not on tenor's decode kernels, or sharded over a group)."""
         if self._fused_weights is None:
             rows = [self._layer_pointers(block) for block in self.layers]
             usable = all(row is not None for row in rows)
@@ -153,7 +153,7 @@ class LlamaModel(DecoderLM):
         row = [block.attn_norm.data_ptr(), block.mlp_norm.data_ptr()]
         for linear in (block.qkv, block.o, block.gate_up, block.down):
             kernel = linear.kernel
-            if not isinstance(kernel, Int8BlockKernel) or linear.has_bias or linear._reduce is not None:
+            if not isinstance(kernel, DecodeKernel) or linear.has_bias or linear._reduce is not None:
                 return None
             row += [kernel.q.data_ptr(), kernel.bits, kernel.scales.data_ptr(), kernel.offsets.data_ptr()]
         return row

@@ -1,6 +1,8 @@
 """tenor's fused float32 CPU kernels against torch's ops, and the build cache that keeps a
 binary from ever running on a CPU it was not built for."""
 
+import shutil
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -198,10 +200,50 @@ def test_paged_decode_attention_over_an_int8_cache_matches_its_dequantized_value
     assert torch.allclose(out, expected, atol=1e-5)
 
 
+def _half_linear_reference(x, weight16, bias):
+    return F.linear(x.double(), weight16.double(), None if bias is None else bias.double()).float()
+
+
 @needs_native
-def test_fused_llama_decode_matches_the_layer_by_layer_path(monkeypatch):
-    """Every decode step of three streams on int8 weights runs both ways on the same cache; the
-    logits agree (the fused call writes the same k/v the layer path then rewrites)."""
+@pytest.mark.parametrize("rows", [1, 2, 8])
+def test_float16_weights_are_read_in_place_and_match_the_float_product(rows):
+    gen = torch.Generator().manual_seed(7)
+    weight16 = (torch.randn(40, 96, generator=gen) * 0.05).half()
+    weight16[0, :3] = torch.tensor([6.1e-5, -3e-7, 65504.0]).half()  # a normal, a subnormal, the largest half
+    bias = torch.randn(40, generator=gen)
+    x = torch.randn(rows, 96, generator=gen)
+    empty = torch.empty(0)
+    for b in (bias, None):
+        got = native.block_linear(x, weight16, 16, empty, empty, b)
+        assert torch.allclose(got, _half_linear_reference(x, weight16, b), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler")
+def test_float16_weights_without_f16c_match_the_same_product(tmp_path):
+    """The portable build (no -march: no AVX2, no F16C) converts halves in C; the same products."""
+    import ctypes
+    import subprocess
+
+    library = tmp_path / "portable.so"
+    flags = [f for f in native.FLAGS if f != "-march=native"]
+    subprocess.run(["gcc", *flags, "-o", str(library), str(native.SOURCE), "-lm"], check=True)
+    lib = ctypes.CDLL(str(library))
+    lib.tenor_block_linear_f32.argtypes = (
+        [ctypes.c_void_p] * 2 + [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4
+    )
+    gen = torch.Generator().manual_seed(8)
+    weight16 = (torch.randn(24, 64, generator=gen) * 0.05).half()
+    weight16[0, :4] = torch.tensor([6.1e-5, -3e-7, 65504.0, 0.0]).half()
+    x, out = torch.randn(3, 64, generator=gen), torch.empty(3, 24)
+    lib.tenor_block_linear_f32(x.data_ptr(), weight16.data_ptr(), 16, None, None, None, out.data_ptr(), 3, 64, 24, 1)
+    assert torch.allclose(out, _half_linear_reference(x, weight16, None), rtol=1e-5, atol=1e-4)
+
+
+@needs_native
+@pytest.mark.parametrize("quantize", ["int8", "fp16"])
+def test_fused_llama_decode_matches_the_layer_by_layer_path(monkeypatch, quantize):
+    """Every decode step of three streams on int8 (and on float16) weights runs both ways on the
+    same cache; the logits agree (the fused call writes the same k/v the layer path then rewrites)."""
     import asyncio
 
     from tenor import registry
@@ -223,7 +265,7 @@ def test_fused_llama_decode_matches_the_layer_by_layer_path(monkeypatch):
         return fused
 
     monkeypatch.setattr(LlamaModel, "forward", both)
-    servable = registry.get("test.TinyLlamaRandom").with_overrides(quantize="int8")
+    servable = registry.get("test.TinyLlamaRandom").with_overrides(quantize=quantize)
 
     async def main() -> None:
         engine = LLMEngine(servable, None, EngineOptions(warmup=False))
