@@ -144,52 +144,55 @@ static float half_to_float(uint16_t h) {
 }
 #endif
 
-/* out [R, OUT] = x [R, IN] @ W.T (+ bias) for float16 weights w [OUT, IN], read in place: the
- * float weights' decode path, bound by their 2 bytes a weight where FBGEMM's packed fp16 GEMM
- * pays a per-call cost made for big batches. Float32 products and sums. R at most 8, IN a
- * multiple of 8. */
-static void half_linear(const float *x, const uint16_t *w, const float *bias, float *out, int64_t R, int64_t IN,
-                        int64_t OUT, int64_t threads) {
+#if defined(__AVX2__) && defined(__F16C__)
+/* Eight weights from w (float16 when bits is 16, float32 when 32) at index i, as float32. */
+static inline __m256 load8(const void *w, int64_t bits, int64_t i) {
+    return bits == 16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)))
+                      : _mm256_loadu_ps((const float *)w + i);
+}
+
+static inline float lane_sum(__m256 v) {
+    float lanes[8];
+    _mm256_storeu_ps(lanes, v);
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+#endif
+
+/* out [R, OUT] = x [R, IN] @ W.T (+ bias) for float weights w [OUT, IN] read in place, float16
+ * (bits 16) or float32 (bits 32): the float weights' decode path, bound by the bytes of the
+ * weights, where FBGEMM's packed fp16 GEMM pays a per-call cost made for big batches and
+ * F.linear at a few rows ran at under half the memory's speed on an AVX2 EPYC. Float32 products
+ * and sums. R at most 8, IN a multiple of 8. */
+static void float_linear(const float *x, const void *w, int64_t bits, const float *bias, float *out, int64_t R,
+                         int64_t IN, int64_t OUT, int64_t threads) {
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t o = 0; o < OUT; o++) {
-        const uint16_t *wo = w + o * IN;
+        const void *wo = bits == 16 ? (const void *)((const uint16_t *)w + o * IN) : (const void *)((const float *)w + o * IN);
         float acc[8] = {0};
 #if defined(__AVX2__) && defined(__F16C__)
         if (R == 1) { /* one stream: four chains, so the adds' latency does not bound the loop */
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             int64_t i = 0;
             for (; i + 32 <= IN; i += 32) {
-                a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wo + i))),
-                                     _mm256_loadu_ps(x + i), a0);
-                a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wo + i + 8))),
-                                     _mm256_loadu_ps(x + i + 8), a1);
-                a2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wo + i + 16))),
-                                     _mm256_loadu_ps(x + i + 16), a2);
-                a3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wo + i + 24))),
-                                     _mm256_loadu_ps(x + i + 24), a3);
+                a0 = _mm256_fmadd_ps(load8(wo, bits, i), _mm256_loadu_ps(x + i), a0);
+                a1 = _mm256_fmadd_ps(load8(wo, bits, i + 8), _mm256_loadu_ps(x + i + 8), a1);
+                a2 = _mm256_fmadd_ps(load8(wo, bits, i + 16), _mm256_loadu_ps(x + i + 16), a2);
+                a3 = _mm256_fmadd_ps(load8(wo, bits, i + 24), _mm256_loadu_ps(x + i + 24), a3);
             }
-            for (; i < IN; i += 8)
-                a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wo + i))),
-                                     _mm256_loadu_ps(x + i), a0);
-            float lanes[8];
-            _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-            acc[0] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+            for (; i < IN; i += 8) a0 = _mm256_fmadd_ps(load8(wo, bits, i), _mm256_loadu_ps(x + i), a0);
+            acc[0] = lane_sum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
         } else {
             __m256 vacc[8];
             for (int64_t r = 0; r < R; r++) vacc[r] = _mm256_setzero_ps();
             for (int64_t i = 0; i < IN; i += 8) {
-                const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wo + i)));
+                const __m256 wv = load8(wo, bits, i);
                 for (int64_t r = 0; r < R; r++) vacc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * IN + i), vacc[r]);
             }
-            for (int64_t r = 0; r < R; r++) {
-                float lanes[8];
-                _mm256_storeu_ps(lanes, vacc[r]);
-                acc[r] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-            }
+            for (int64_t r = 0; r < R; r++) acc[r] = lane_sum(vacc[r]);
         }
 #else
         for (int64_t i = 0; i < IN; i++) {
-            const float wi = half_to_float(wo[i]);
+            const float wi = bits == 16 ? half_to_float(((const uint16_t *)wo)[i]) : ((const float *)wo)[i];
             for (int64_t r = 0; r < R; r++) acc[r] += wi * x[r * IN + i];
         }
 #endif
@@ -207,7 +210,7 @@ static void half_linear(const float *x, const uint16_t *w, const float *bias, fl
  * small model whole greedy tokens), so a block's product is an integer dot: 16 multiply-adds an
  * instruction with AVX2, where converting every weight to float costs several. The offsets' share
  * uses the exact float sum of x over the block. IN must be a multiple of 32, R at most 8.
- *   bits 16: float16 weights [OUT, IN] (no scales or offsets), through half_linear. */
+ *   bits 16, 32: float16 or float32 weights [OUT, IN] (no scales or offsets), through float_linear. */
 #ifndef __AVX2__
 static void weight_block(const uint8_t *block, int64_t bits, int16_t w[32]) {
     for (int i = 0; i < 32; i++)
@@ -218,8 +221,8 @@ static void weight_block(const uint8_t *block, int64_t bits, int16_t w[32]) {
 void tenor_block_linear_f32(const float *x, const uint8_t *w, int64_t bits, const float *scales,
                             const float *offsets, const float *bias, float *out, int64_t R, int64_t IN, int64_t OUT,
                             int64_t threads) {
-    if (bits == 16) {
-        half_linear(x, (const uint16_t *)w, bias, out, R, IN, OUT, threads);
+    if (bits == 16 || bits == 32) {
+        float_linear(x, w, bits, bias, out, R, IN, OUT, threads);
         return;
     }
     const int64_t nb = IN / 32, block_bytes = bits * 4;

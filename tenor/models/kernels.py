@@ -10,9 +10,10 @@ Each kernel owns its weight in the layout its library wants and computes x @ W.T
 - `Fp16Kernel`: float16 weights through FBGEMM's fp16 GEMM (float32 in and out, float32
   accumulation). Half the bytes of float32; on an AVX2 EPYC 1.5-2x faster than float32 at
   batch 32-256 and 6x for the 49152-row LM head at batch 1.
-- `DecodeKernel`s: tenor's own kernel (tenor/csrc) for decode-sized batches, FBGEMM fp16 for
-  larger ones. `Int8BlockKernel` holds 8-bit (or 4-bit) weights in blocks of 32 with a scale and
-  a minimum each; `Fp16DecodeKernel` float16 weights, read in place.
+- `DecodeKernel`s: tenor's own kernel (tenor/csrc) for decode-sized batches, a library's GEMM
+  for larger ones. `Int8BlockKernel` holds 8-bit (or 4-bit) weights in blocks of 32 with a scale
+  and a minimum each, `Fp16DecodeKernel` float16 weights (both with FBGEMM fp16 for big
+  batches), `Float32DecodeKernel` float32 weights (oneDNN or F.linear for big batches; one copy).
 - `Int8WeightOnlyKernel`: int8 weights with per-row scales (`tenor convert --quantize int8`),
   through torch's fused CPU kernel.
 """
@@ -58,16 +59,20 @@ class DenseKernel(LinearKernel):
 
 
 class OneDnnKernel(LinearKernel):
+    """oneDNN's linear on a weight in its blocked layout (`onednn_pack`) or a plain one (nearly
+    as fast on an AVX-512 EPYC, 1.4-1.7x F.linear's float32 speed there, and readable by tenor's
+    own kernel)."""
+
     name = "onednn"
 
-    def __init__(self, packed: torch.Tensor, bias: torch.Tensor | None) -> None:
-        self.packed, self.bias = packed, bias
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight, self.bias = weight, bias
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
     def nbytes(self) -> int:
-        return _nbytes(self.packed, self.bias)
+        return _nbytes(self.weight, self.bias)
 
 
 class Fp16Kernel(LinearKernel):
@@ -90,44 +95,45 @@ class Fp16Kernel(LinearKernel):
         return self._bytes
 
 
-class DecodeKernel(Fp16Kernel):
+class DecodeKernel(LinearKernel):
     """Decode-sized batches (a few rows, bound by the weight bytes each step reads) through
-    tenor's native kernel on a compact copy of the weight (`q`, read in place); larger batches
-    (prefill, many streams; bound by arithmetic) through FBGEMM's fp16 GEMM, which keeps its own
-    packed copy. Subclasses choose the compact form."""
+    tenor's native kernel on a compact form of the weight (`q`, read in place); larger batches
+    (prefill, many streams; bound by arithmetic) through `batched`, a library's GEMM. Subclasses
+    choose the two."""
 
     q: torch.Tensor
-    bits: int  # tenor_block_linear_f32's weight format: 4, 8 (blocks with scales) or 16 (float16)
+    bits: int  # tenor_block_linear_f32's weight format: 4 or 8 (blocks with scales), 16 or 32 (floats)
     scales: torch.Tensor
     offsets: torch.Tensor
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        super().__init__(weight, bias)
+    def __init__(self, batched: LinearKernel, out_features: int, bias: torch.Tensor | None) -> None:
+        self.batched, self.out_features = batched, out_features
         self.bias = None if bias is None else bias.float().contiguous()
+        self.scales = self.offsets = torch.empty(0)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
         if rows > native.INT8_MAX_ROWS:
-            return super().__call__(x)
+            return self.batched(x)
         flat = native.block_linear(
             x.reshape(rows, x.shape[-1]).contiguous(), self.q, self.bits, self.scales, self.offsets, self.bias
         )
         return flat.view(*x.shape[:-1], self.out_features)
 
     def nbytes(self) -> int:
-        return super().nbytes() + _nbytes(self.q, self.scales, self.offsets)
+        return self.batched.nbytes() + _nbytes(self.q, self.scales, self.offsets)
 
 
 class Int8BlockKernel(DecodeKernel):
     """8-bit weights in blocks of 32 that share a scale and a minimum (1.25 bytes a weight with the
     scales; holds GGUF's Q4_1 and Q8_0 blocks exactly), or 4 bits (0.75 bytes) when every block
-    is a Q4_1 block, as in the default model's GGUF. With FBGEMM's copy for big batches: 3.25
-    bytes a weight in all, still less than float32's 4."""
+    is a Q4_1 block, as in the default model's GGUF. With FBGEMM's fp16 copy for big batches:
+    3.25 bytes a weight in all, still less than float32's 4."""
 
     name = "int8"
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        super().__init__(weight, bias)
+        super().__init__(Fp16Kernel(weight, bias), weight.shape[0], bias)
         q, scales, mins = native.quantize_u8_blocks(weight)
         nibbles = native.nibble_blocks(q, scales, mins)
         if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
@@ -140,14 +146,30 @@ class Int8BlockKernel(DecodeKernel):
 class Fp16DecodeKernel(DecodeKernel):
     """Float16 weights read in place by tenor's kernel for decode (FBGEMM's packed GEMM has a
     per-call cost made for big batches: at one stream it ran at ~8 GB/s of weights on an AVX2
-    EPYC). The same values as FBGEMM's copy, so decode and prefill agree; 4 bytes a weight in all."""
+    EPYC), FBGEMM for big batches. The same values both ways; 4 bytes a weight in all."""
 
     name = "fp16"
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        super().__init__(weight, bias)
+        super().__init__(Fp16Kernel(weight, bias), weight.shape[0], bias)
         self.bits, self.q = 16, weight.to(torch.float16).contiguous()
-        self.scales = self.offsets = torch.empty(0)
+
+
+class Float32DecodeKernel(DecodeKernel):
+    """Float32 weights, one plain copy: read in place by tenor's kernel for decode (F.linear at a
+    few rows ran at under half the memory's speed on an AVX2 EPYC; with the fused Llama step,
+    one stream ran 2x oneDNN's packed path on an AVX-512 EPYC), and for big batches through
+    oneDNN where it pays (`onednn_applies`), else F.linear."""
+
+    name = "dense"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        batched = OneDnnKernel(weight, bias) if onednn_applies(weight) else DenseKernel(weight, bias)
+        super().__init__(batched, weight.shape[0], bias)
+        self.bits, self.q = 32, weight
+
+    def nbytes(self) -> int:
+        return self.batched.nbytes()  # q is the batched kernel's own weight
 
 
 class Int8WeightOnlyKernel(LinearKernel):
@@ -172,14 +194,19 @@ class Int8WeightOnlyKernel(LinearKernel):
         return _nbytes(self.weight, self.scale, self.bias)
 
 
-def onednn_pack(weight: torch.Tensor) -> torch.Tensor | None:
-    """The weight in oneDNN's blocked layout, or None where that path does not apply or does
-    not pay (not CPU, not bf16/fp32, no oneDNN, no AVX-512)."""
+def onednn_applies(weight: torch.Tensor) -> bool:
+    """Whether oneDNN's linear runs and pays for `weight` here: a bf16/fp32 CPU tensor, a torch
+    with oneDNN, a CPU with AVX-512."""
     if weight.device.type != "cpu" or weight.dtype not in (torch.bfloat16, torch.float32):
-        return None
+        return False
     if not torch.backends.mkldnn.is_available():
-        return None
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AVX512_BF16", "AMX"):
+        return False
+    return torch.backends.cpu.get_cpu_capability() in ("AVX512", "AVX512_BF16", "AMX")
+
+
+def onednn_pack(weight: torch.Tensor) -> torch.Tensor | None:
+    """The weight in oneDNN's blocked layout, or None where that path does not apply."""
+    if not onednn_applies(weight):
         return None
     try:
         return torch.ops.mkldnn._reorder_linear_weight(weight, 1)  # 1: laid out for decode-sized batches
@@ -205,9 +232,15 @@ def make_kernel(
             raise ValueError(f"{weight_format} weights need float32 activations, got {dtype}")
         with warnings.catch_warnings():  # FBGEMM's prepack warns about quantized tensors it does not use here
             warnings.simplefilter("ignore")
-            if weight.shape[1] % native.INT8_BLOCK == 0 and native.available():
+            if _native_fits(weight):
                 return Int8BlockKernel(weight, bias) if weight_format == "int8" else Fp16DecodeKernel(weight, bias)
             return Fp16Kernel(weight, bias)
     weight = weight.to(dtype).contiguous()
+    if dtype == torch.float32 and weight.device.type == "cpu" and _native_fits(weight):
+        return Float32DecodeKernel(weight, bias)
     packed = onednn_pack(weight)
     return DenseKernel(weight, bias) if packed is None else OneDnnKernel(packed, bias)
+
+
+def _native_fits(weight: torch.Tensor) -> bool:
+    return weight.shape[1] % native.INT8_BLOCK == 0 and native.available()

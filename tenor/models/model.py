@@ -24,11 +24,12 @@ def build_model(
     config: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype, weight_format: str = "dense"
 ) -> DecoderLM:
     """`weight_format` "fp16" stores linear weights as float16 for FBGEMM (float32 activations),
-    "int8" adds int8 blocks for decode-sized batches; both run the fused native kernels where
-    they build. "dense" stays on torch's own ops: the reference path."""
+    "int8" adds int8 blocks for decode-sized batches. In float32, every format runs tenor's fused
+    native kernels for decode where they build (the same products, summed in another order);
+    elsewhere torch's own ops."""
     model: LlamaModel | GPTJModel = LlamaModel(config) if config.arch == "llama" else GPTJModel(config)
     model.load_weights(weights, dtype, weight_format)
-    model.native_kernels = weight_format in ("fp16", "int8") and dtype == torch.float32 and native.available()
+    model.native_kernels = dtype == torch.float32 and native.available()
     return model.eval()
 
 

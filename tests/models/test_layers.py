@@ -11,6 +11,7 @@ from tenor.hardware import fbgemm_fp16_available
 from tenor.models import native
 from tenor.models.kernels import (
     DenseKernel,
+    Float32DecodeKernel,
     Fp16DecodeKernel,
     Fp16Kernel,
     Int8BlockKernel,
@@ -46,15 +47,18 @@ def test_kv_cache_round_trip(dtype, quantized):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bias", [False, True])
 def test_float_linear_matches_f_linear(dtype, bias):
-    """Whatever kernel the CPU gets (oneDNN-packed on AVX-512, F.linear elsewhere): F.linear's
-    result, bit for bit in bf16 where it is the same oneDNN kernel."""
+    """Whatever kernel the CPU gets (tenor's for float32 decode rows where it builds, oneDNN on
+    AVX-512, F.linear elsewhere): F.linear's result, bit for bit in bf16 where it is the same
+    oneDNN kernel."""
     gen = torch.Generator().manual_seed(1)
     weight, b = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
     layer = ParallelLinear(64, 96, bias=bias)
     layer.load(weight, dtype, bias=b if bias else None)
-    assert isinstance(layer.kernel, (DenseKernel, OneDnnKernel))
+    assert isinstance(layer.kernel, (DenseKernel, OneDnnKernel, Float32DecodeKernel))
+    if dtype == torch.float32 and native.available():
+        assert isinstance(layer.kernel, Float32DecodeKernel)  # decode rows read the weight in place
     tolerance = 0 if dtype == torch.bfloat16 else 1e-4
-    for shape in [(1, 64), (7, 64), (2, 5, 64)]:
+    for shape in [(1, 64), (7, 64), (9, 64), (2, 5, 64), (40, 64)]:
         x = torch.randn(*shape, generator=gen).to(dtype)
         expected = F.linear(x, weight.to(dtype), b.to(dtype) if bias else None)
         assert (layer(x).float() - expected.float()).abs().max() <= tolerance
@@ -78,12 +82,12 @@ def test_fp16_linear_matches_f_linear_on_fp16_weights(bias):
     weight, b = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
     layer = ParallelLinear(64, 96, bias=bias)
     layer.load(weight, torch.float32, bias=b if bias else None, weight_format="fp16")
-    assert isinstance(layer.kernel, Fp16Kernel)
+    assert isinstance(layer.kernel, (Fp16Kernel, Fp16DecodeKernel))
     # With tenor's kernel, decode reads its own float16 copy in place (FBGEMM packs another).
     copies = 2 if isinstance(layer.kernel, Fp16DecodeKernel) else 1
     assert isinstance(layer.kernel, Fp16DecodeKernel) == native.available()
     assert layer.weight_nbytes() == copies * 96 * 64 * 2 + (96 * 4 if bias else 0)
-    for shape in [(1, 64), (7, 64), (9, 64), (2, 5, 64)]:  # tenor's kernel up to 8 rows, FBGEMM beyond
+    for shape in [(1, 64), (7, 64), (9, 64), (2, 5, 64), (40, 64)]:  # tenor's kernel up to 8 rows, FBGEMM beyond
         x = torch.randn(*shape, generator=gen)
         # The reference: the weight rounded to float16, multiplied in float32.
         expected = F.linear(x, weight.half().float(), b if bias else None)

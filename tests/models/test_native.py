@@ -206,20 +206,23 @@ def _half_linear_reference(x, weight16, bias):
 
 @needs_native
 @pytest.mark.parametrize("rows", [1, 2, 8])
-def test_float16_weights_are_read_in_place_and_match_the_float_product(rows):
+def test_float_weights_are_read_in_place_and_match_the_float_product(rows):
     gen = torch.Generator().manual_seed(7)
     weight16 = (torch.randn(40, 96, generator=gen) * 0.05).half()
     weight16[0, :3] = torch.tensor([6.1e-5, -3e-7, 65504.0]).half()  # a normal, a subnormal, the largest half
     bias = torch.randn(40, generator=gen)
     x = torch.randn(rows, 96, generator=gen)
     empty = torch.empty(0)
+    weight32 = torch.randn(40, 96, generator=gen)
     for b in (bias, None):
         got = native.block_linear(x, weight16, 16, empty, empty, b)
         assert torch.allclose(got, _half_linear_reference(x, weight16, b), rtol=1e-5, atol=1e-4)
+        got = native.block_linear(x, weight32, 32, empty, empty, b)
+        assert torch.allclose(got, F.linear(x, weight32, b), rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler")
-def test_float16_weights_without_f16c_match_the_same_product(tmp_path):
+def test_float_weights_without_f16c_match_the_same_product(tmp_path):
     """The portable build (no -march: no AVX2, no F16C) converts halves in C; the same products."""
     import ctypes
     import subprocess
@@ -237,12 +240,15 @@ def test_float16_weights_without_f16c_match_the_same_product(tmp_path):
     x, out = torch.randn(3, 64, generator=gen), torch.empty(3, 24)
     lib.tenor_block_linear_f32(x.data_ptr(), weight16.data_ptr(), 16, None, None, None, out.data_ptr(), 3, 64, 24, 1)
     assert torch.allclose(out, _half_linear_reference(x, weight16, None), rtol=1e-5, atol=1e-4)
+    weight32 = torch.randn(24, 64, generator=gen)
+    lib.tenor_block_linear_f32(x.data_ptr(), weight32.data_ptr(), 32, None, None, None, out.data_ptr(), 3, 64, 24, 1)
+    assert torch.allclose(out, F.linear(x, weight32), rtol=1e-5, atol=1e-4)
 
 
 @needs_native
-@pytest.mark.parametrize("quantize", ["int8", "fp16"])
+@pytest.mark.parametrize("quantize", ["int8", "fp16", "none"])
 def test_fused_llama_decode_matches_the_layer_by_layer_path(monkeypatch, quantize):
-    """Every decode step of three streams on int8 (and on float16) weights runs both ways on the
+    """Every decode step of three streams on int8 (float16, float32) weights runs both ways on the
     same cache; the logits agree (the fused call writes the same k/v the layer path then rewrites)."""
     import asyncio
 
