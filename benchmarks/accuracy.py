@@ -7,7 +7,8 @@ float32 on the same GGUF (the reference of the correctness tests):
 - greedy agreement: 32 greedy tokens through the engine for 10 prompts, how many equal HF's
   exactly, and the mean common prefix.
 
-    python benchmarks/accuracy.py [--precisions float32/none,float32/fp16,float32/int8] [--json-out FILE]
+    python benchmarks/accuracy.py [--precisions float32/none,float32/fp16,float32/int8] [--device cpu|cuda]
+                                  [--json-out FILE]
 
 A precision is DTYPE/QUANTIZE as `tenor serve --dtype --quantize` take them; add `+kv8` for the
 int8 KV cache (e.g. float32/int8+kv8).
@@ -72,16 +73,22 @@ def hf_reference(tokenizer) -> tuple[list[torch.Tensor], list[list[int]]]:
 
 
 @torch.inference_mode()
-def stepwise_logits(model, ids: list[int], quantized_kv: bool) -> torch.Tensor:
-    """Logits [len(ids), V]: the first token prefilled, every later one a decode step."""
+def stepwise_logits(model, ids: list[int], quantized_kv: bool, device: str = "cpu") -> torch.Tensor:
+    """Logits [len(ids), V] on the CPU: the first token prefilled, every later one a decode step."""
     c = model.config
     blocks = -(-len(ids) // BLOCK)
     cache = PagedKVCache(
-        c.num_layers, blocks, BLOCK, c.num_kv_heads, c.head_dim, model.embed.dtype, quantized=quantized_kv
+        c.num_layers, blocks, BLOCK, c.num_kv_heads, c.head_dim, model.embed.dtype, quantized_kv, device
     )
     table = torch.arange(blocks)[None]
+    at = torch.device(device)
+
+    def run(ids_now: list[int], pos: int, batch: AttentionBatch) -> torch.Tensor:
+        moved = [torch.tensor(x).to(at) for x in (ids_now, [pos], [0])]
+        return model(moved[0], moved[1], cache, batch.to(at), moved[2]).cpu()
+
     first = AttentionBatch(torch.tensor([0]), 0, None, None, [PrefillSpan(0, 1, 0, None)], native=model.native_kernels)
-    rows = [model(torch.tensor(ids[:1]), torch.tensor([0]), cache, first, torch.tensor([0]))]
+    rows = [run(ids[:1], 0, first)]
     for pos in range(1, len(ids)):
         step = AttentionBatch(
             torch.tensor([pos]),
@@ -93,7 +100,7 @@ def stepwise_logits(model, ids: list[int], quantized_kv: bool) -> torch.Tensor:
             decode_lengths=torch.tensor([pos + 1]),
             native=model.native_kernels,
         )
-        rows.append(model(torch.tensor([ids[pos]]), torch.tensor([pos]), cache, step, torch.tensor([0])))
+        rows.append(run([ids[pos]], pos, step))
     return torch.cat(rows)
 
 
@@ -117,23 +124,24 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def measure(precision: str, tokenizer, reference_logits, reference_greedy) -> dict:
+def measure(precision: str, tokenizer, reference_logits, reference_greedy, device: str = "cpu") -> dict:
     spec, _, extra = precision.partition("+")
     dtype, _, quantize = spec.partition("/")
     quantized_kv = extra == "kv8"
     servable = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype=dtype, quantize=quantize or "auto")
-    loaded = load_model(servable, None)
+    loaded = load_model(servable, None, device=device)
     agree = total = 0
     for text, ref in zip(TEXTS, reference_logits):
-        got = stepwise_logits(loaded.model, tokenizer.encode(text), quantized_kv)
+        got = stepwise_logits(loaded.model, tokenizer.encode(text), quantized_kv, device)
         agree += (got.argmax(-1) == ref.argmax(-1)).sum().item()
         total += ref.shape[0]
     prompts = [tokenizer.encode(p) for p in PROMPTS]
-    options = EngineOptions(kv_cache_bytes=256 << 20, warmup=False, quantize_kv_cache=quantized_kv)
+    options = EngineOptions(kv_cache_bytes=256 << 20, warmup=False, quantize_kv_cache=quantized_kv, device=device)
     greedy = asyncio.run(engine_greedy(servable, options, prompts))
     prefixes = [common_prefix(g, r) for g, r in zip(greedy, reference_greedy)]
     return {
         "precision": precision,
+        "device": device,
         "weights": loaded.precision.weights,
         "teacher_forced_top1": agree / total,
         "positions": total,
@@ -147,6 +155,7 @@ def measure(precision: str, tokenizer, reference_logits, reference_greedy) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--precisions", default="float32/none,float32/fp16,float32/int8,float32/int8+kv8,bfloat16/none")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where tenor runs (HF: the CPU)")
     parser.add_argument("--json-out")
     args = parser.parse_args()
     from tenor.hardware import cpu_info
@@ -154,8 +163,9 @@ def main() -> None:
     tokenizer = load_tokenizer(default_gguf_path())
     reference_logits, reference_greedy = hf_reference(tokenizer)
     cpu = cpu_info()
-    rows = [measure(p, tokenizer, reference_logits, reference_greedy) for p in args.precisions.split(",") if p]
-    print(f"accuracy against HF transformers float32, CPU {cpu.model_name} ({cpu.isa})")
+    precisions = [p for p in args.precisions.split(",") if p]
+    rows = [measure(p, tokenizer, reference_logits, reference_greedy, args.device) for p in precisions]
+    print(f"accuracy against HF transformers float32, tenor on {args.device}, CPU {cpu.model_name} ({cpu.isa})")
     print("| precision | weights | teacher-forced top-1 | greedy 32 identical | mean common prefix |")
     print("|---|---|---|---|---|")
     for r in rows:

@@ -2,7 +2,8 @@
 in the same run, for each tenor precision (DTYPE/QUANTIZE) against HF in the same activation dtype.
 Prints a table and writes JSON.
 
-    python benchmarks/decode.py [--tokens 64] [--repeats 3] [--precisions float32/int8,...] [--json-out out.json]
+    python benchmarks/decode.py [--tokens 64] [--repeats 3] [--precisions float32/int8,...] [--device cpu|cuda]
+                                [--json-out out.json]
 
 Each system loads the same GGUF. tenor runs through its engine (one request, greedy);
 HF runs model.generate with a static cache off. Figures are medians over --repeats runs.
@@ -21,7 +22,7 @@ import torch
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 
-def bench_tenor(dtype: str, quantize: str, tokens: int, repeats: int) -> dict:
+def bench_tenor(dtype: str, quantize: str, tokens: int, repeats: int, device: str = "cpu") -> dict:
     from tenor import registry
     from tenor.engine.api import GenerateRequest, SamplingParams
     from tenor.engine.factory import EngineOptions
@@ -31,7 +32,7 @@ def bench_tenor(dtype: str, quantize: str, tokens: int, repeats: int) -> dict:
 
     async def main() -> dict:
         start = time.perf_counter()
-        engine = LLMEngine(servable, None, EngineOptions(kv_cache_bytes=256 << 20))
+        engine = LLMEngine(servable, None, EngineOptions(kv_cache_bytes=256 << 20, device=device))
         await engine.start()
         load_s = time.perf_counter() - start
         ids = tuple(engine.tokenizer.encode(PROMPT))
@@ -54,7 +55,7 @@ def bench_tenor(dtype: str, quantize: str, tokens: int, repeats: int) -> dict:
     return asyncio.run(main())
 
 
-def bench_hf(dtype: str, tokens: int, repeats: int) -> dict:
+def bench_hf(dtype: str, tokens: int, repeats: int, device: str = "cpu") -> dict:
     import transformers
 
     from tenor.checkpoints.default_model import default_gguf_path
@@ -62,11 +63,13 @@ def bench_hf(dtype: str, tokens: int, repeats: int) -> dict:
     path = default_gguf_path()
     start = time.perf_counter()
     tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        path.parent, gguf_file=path.name, dtype=getattr(torch, dtype)
-    ).eval()
+    model = (
+        transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=getattr(torch, dtype))
+        .eval()
+        .to(device)
+    )
     load_s = time.perf_counter() - start
-    ids = torch.tensor([tok(PROMPT).input_ids])
+    ids = torch.tensor([tok(PROMPT).input_ids], device=device)
     rates = []
     with torch.inference_mode():
         for _ in range(repeats):
@@ -89,6 +92,7 @@ def main() -> None:
         default="float32/int8,float32/fp16,float32/none,bfloat16/none",
         help="tenor's DTYPE/QUANTIZE pairs; HF runs once per activation dtype",
     )
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where both systems run")
     parser.add_argument("--json-out")
     args = parser.parse_args()
     from tenor.hardware import cpu_info
@@ -96,11 +100,12 @@ def main() -> None:
     results = {}
     for precision in args.precisions.split(","):
         dtype, _, quantize = precision.partition("/")
-        results[f"tenor/{precision}"] = bench_tenor(dtype, quantize or "auto", args.tokens, args.repeats)
+        results[f"tenor/{precision}"] = bench_tenor(dtype, quantize or "auto", args.tokens, args.repeats, args.device)
         if f"hf/{dtype}" not in results:
-            results[f"hf/{dtype}"] = bench_hf(dtype, args.tokens, args.repeats)
+            results[f"hf/{dtype}"] = bench_hf(dtype, args.tokens, args.repeats, args.device)
     cpu = cpu_info()
-    print(f"single-stream decode, CPU {cpu.model_name} ({cpu.isa}), {torch.get_num_threads()} threads")
+    where = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
+    print(f"single-stream decode on {where}, CPU {cpu.model_name} ({cpu.isa}), {torch.get_num_threads()} threads")
     print(f"{'system':<24}{'load s':>8}{'decode tok/s':>14}{'vs HF':>8}")
     for name, r in results.items():
         hf = results["hf/" + name.split("/")[1]]["decode_tok_s"]
@@ -114,6 +119,7 @@ def main() -> None:
                     "torch_threads": torch.get_num_threads(),
                     "cpu": cpu.model_name,
                     "isa": cpu.isa,
+                    "device": where,
                     "results": results,
                 },
                 f,

@@ -11,6 +11,9 @@ the CPUs we meet (benchmarks/RESULTS.md):
   as float16 for prefill (FBGEMM's fp16 GEMM); without a C compiler, float16 alone. Both give
   the greedy tokens of HF transformers in float32 on the default model (benchmarks/accuracy.py).
 
+On a CUDA device (`--device cuda`, or `auto` where torch sees one) activations are bfloat16 and
+weights dense: GPUs compute bf16 natively, and the int8/fp16 weight kernels above are CPU code.
+
 Thread count follows the cores this process may run on (affinity mask and cgroup quota), not
 the host's core count.
 """
@@ -26,6 +29,7 @@ from pathlib import Path
 
 DTYPE_CHOICES = ("auto", "bfloat16", "float32")
 QUANTIZE_CHOICES = ("auto", "none", "fp16", "int8")
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
 WEIGHT_LABELS = {
     "dense": "weights in the activation dtype",
     "fp16": "float16 weights, read in place by tenor's kernel for decode, FBGEMM's fp16 GEMM for prefill",
@@ -71,6 +75,7 @@ class Precision:
     dtype: str  # "bfloat16" | "float32": activations, norms, KV cache
     weights: str  # a key of WEIGHT_LABELS
     reason: str
+    device: str = "cpu"  # "cpu" | "cuda": where weights, KV cache and every step live
 
 
 def _read(path: str) -> str:
@@ -136,16 +141,43 @@ def fbgemm_fp16_available() -> bool:
     return bool(torch.all(out == 8))
 
 
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resolve_device(name: str, has_cuda: bool | None = None) -> str:
+    """--device: "auto" is cuda where torch sees a CUDA device, else cpu; ValueError for cuda
+    on a machine without one (or a torch built without CUDA)."""
+    if name not in DEVICE_CHOICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICE_CHOICES)}, got {name!r}")
+    if name == "cpu":
+        return name  # without importing torch: a CPU model server asks nothing of it
+    if has_cuda is None:
+        has_cuda = cuda_available()
+    if name == "auto":
+        return "cuda" if has_cuda else "cpu"
+    if name == "cuda" and not has_cuda:
+        raise ValueError(
+            "torch sees no CUDA device here (no GPU, no driver, or a CPU build of torch: "
+            "install the CUDA build with TENOR_TORCH=cuda ./setup.sh)"
+        )
+    return name
+
+
 def choose_precision(
-    dtype: str, quantize: str, cpu: CpuInfo, fp16_kernel: bool, native_kernels: bool = False
+    dtype: str, quantize: str, cpu: CpuInfo, fp16_kernel: bool, native_kernels: bool = False, device: str = "cpu"
 ) -> Precision:
-    """Resolves --dtype and --quantize ("auto" or explicit) for `cpu`, given whether FBGEMM's fp16
-    GEMM and tenor's native kernels work here; raises ValueError for a combination that cannot
-    run here."""
+    """Resolves --dtype and --quantize ("auto" or explicit) for `cpu` (or a CUDA `device`), given
+    whether FBGEMM's fp16 GEMM and tenor's native kernels work here; raises ValueError for a
+    combination that cannot run here."""
     if dtype not in DTYPE_CHOICES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
     if quantize not in QUANTIZE_CHOICES:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
+    if device == "cuda":
+        return _cuda_precision(dtype, quantize)
     if dtype == "auto":
         if cpu.native_bf16:
             dtype, why = "bfloat16", f"{cpu.isa} computes bf16 natively"
@@ -170,11 +202,43 @@ def choose_precision(
     return Precision(dtype, "dense", why)
 
 
-def resolve_precision(dtype: str, quantize: str) -> Precision:
-    """choose_precision for this machine."""
+def device_name(device: str) -> str:
+    """ "cpu", or the GPU's own name (as `nvidia-smi` shows it) for cuda."""
+    if device != "cuda":
+        return device
+    import torch
+
+    return f"cuda:{torch.cuda.current_device()} {torch.cuda.get_device_name()}"
+
+
+def check_device_room(device: str, kv_cache_bytes: int) -> None:
+    """ValueError when a GPU has not the free memory for the KV cache (on the CPU the budget is
+    capped by default and set by the user: nothing to ask)."""
+    if device != "cuda":
+        return
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    if kv_cache_bytes > free:
+        raise ValueError(
+            f"the KV cache ({kv_cache_bytes / 2**30:.2f} GiB) does not fit the GPU's free memory "
+            f"({free / 2**30:.2f} of {total / 2**30:.2f} GiB); lower --kv-cache-gb"
+        )
+
+
+def _cuda_precision(dtype: str, quantize: str) -> Precision:
+    if quantize in ("fp16", "int8"):
+        raise ValueError(f"quantize {quantize} runs on CPU kernels only; use --quantize none (or auto) on cuda")
+    if dtype == "auto":
+        return Precision("bfloat16", "dense", "the GPU computes bf16 natively", "cuda")
+    return Precision(dtype, "dense", f"dtype {dtype} set by the model config or --dtype", "cuda")
+
+
+def resolve_precision(dtype: str, quantize: str, device: str = "cpu") -> Precision:
+    """choose_precision for this machine, on `device` (already resolved: cpu or cuda)."""
     from tenor.models import native
 
-    return choose_precision(dtype, quantize, cpu_info(), fbgemm_fp16_available(), native.available())
+    return choose_precision(dtype, quantize, cpu_info(), fbgemm_fp16_available(), native.available(), device)
 
 
 def configure_threads() -> int:

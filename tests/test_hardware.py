@@ -2,7 +2,7 @@
 
 import pytest
 
-from tenor.hardware import CpuInfo, _cpuinfo_fields, choose_precision, cpu_info, usable_cores
+from tenor.hardware import CpuInfo, _cpuinfo_fields, choose_precision, cpu_info, resolve_device, usable_cores
 
 AVX2_EPYC = CpuInfo("AMD EPYC", "x86_64", frozenset({"avx2", "fma", "f16c"}), "AVX2", 2)
 AMX_XEON = CpuInfo(
@@ -84,3 +84,38 @@ def test_this_cpu_is_described():
     cpu = cpu_info()
     assert cpu.usable_cores >= 1 and cpu.model_name and cpu.isa
     assert AMX_XEON.isa.startswith("AMX") and AVX2_EPYC.isa == "AVX2 FMA"
+
+
+@pytest.mark.parametrize(
+    "name, has_cuda, expected",
+    [
+        ("auto", False, "cpu"),
+        ("auto", True, "cuda"),
+        ("cpu", True, "cpu"),
+        ("cpu", False, "cpu"),
+        ("cuda", True, "cuda"),
+        ("cuda", False, None),  # asked for, not there: an error, never a silent CPU run
+    ],
+)
+def test_resolve_device(name, has_cuda, expected):
+    if expected is None:
+        with pytest.raises(ValueError, match="no CUDA device"):
+            resolve_device(name, has_cuda)
+        return
+    assert resolve_device(name, has_cuda) == expected
+
+
+def test_resolve_device_refuses_unknown_names():
+    with pytest.raises(ValueError, match="device must be one of auto, cpu, cuda"):
+        resolve_device("tpu", False)
+
+
+def test_cuda_precision_is_bf16_dense_and_refuses_cpu_weight_kernels():
+    auto = choose_precision("auto", "auto", AVX2_EPYC, True, native_kernels=True, device="cuda")
+    assert (auto.dtype, auto.weights, auto.device) == ("bfloat16", "dense", "cuda")
+    exact = choose_precision("float32", "none", AVX2_EPYC, True, native_kernels=True, device="cuda")
+    assert (exact.dtype, exact.weights, exact.device) == ("float32", "dense", "cuda")
+    for quantize in ("fp16", "int8"):
+        with pytest.raises(ValueError, match="CPU kernels only"):
+            choose_precision("float32", quantize, AVX2_EPYC, True, native_kernels=True, device="cuda")
+    assert choose_precision("auto", "auto", AVX2_EPYC, True).device == "cpu"

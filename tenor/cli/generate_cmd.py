@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 
+from tenor.cli.device_flag import add_device_flag, device_from
 from tenor.engine.api import SamplingParams
 from tenor.errors import UserError
 from tenor.hardware import DTYPE_CHOICES, QUANTIZE_CHOICES
@@ -43,6 +44,7 @@ def register(subparsers) -> None:
         metavar="N",
         help="shard the model over N local processes (the cores are split between them)",
     )
+    add_device_flag(p)
     p.set_defaults(func=run)
 
 
@@ -54,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         servable = servable.with_overrides(quantize=args.quantize)
     if args.tensor_parallel < 1:
         raise UserError(f"--tensor-parallel must be >= 1, got {args.tensor_parallel}")
+    device = device_from(args.device)
     sampling = SamplingParams(
         max_tokens=args.max_tokens,
         temperature=args.temperature,
@@ -62,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         n=args.num_samples,
     )
-    samples = asyncio.run(_generate(servable, checkpoint, args.prompt, args.chat, sampling, args.tensor_parallel))
+    samples = asyncio.run(
+        _generate(servable, checkpoint, args.prompt, args.chat, sampling, args.tensor_parallel, device)
+    )
     samples.sort(key=lambda s: -s["score"])
     for i, sample in enumerate(samples):
         if args.json:
@@ -74,14 +79,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _generate(
-    servable, checkpoint, prompt: str, chat: bool, sampling: SamplingParams, tensor_parallel: int = 1
+    servable,
+    checkpoint,
+    prompt: str,
+    chat: bool,
+    sampling: SamplingParams,
+    tensor_parallel: int = 1,
+    device: str = "cpu",
 ) -> list[dict]:
     from tenor.dist.local import local_group
     from tenor.engine.factory import EngineOptions, create_engine
     from tenor.server.pipeline import ChatPrompt, RequestPipeline, TextPrompt
 
-    with local_group(servable, tensor_parallel) as local:
-        engine = create_engine(servable, checkpoint, EngineOptions(warmup=False, max_waiting=1, group=local.leader))
+    with local_group(servable, tensor_parallel, device) as local:
+        options = EngineOptions(warmup=False, max_waiting=1, group=local.leader, device=device)
+        engine = create_engine(servable, checkpoint, options)
         await engine.start()
         try:
             pipeline = RequestPipeline(engine, servable.tokenized, servable.accepts_text)

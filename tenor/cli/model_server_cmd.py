@@ -132,10 +132,12 @@ def _prefill_targets(text: str) -> tuple[str, ...]:
 def _serve(args: argparse.Namespace) -> int:
     from tenor import registry
     from tenor.admin.naming import parse_cell_name
+    from tenor.cli.device_flag import device_from
     from tenor.client.admin_client import resolve_root
     from tenor.dist.spec import spec_from_env
     from tenor.server.model_server import ModelServerConfig, serve
 
+    device = device_from(args.platform, "--platform")  # the platform it joins the cell as is where it computes
     try:
         group = spec_from_env(
             args.group_size,
@@ -143,6 +145,7 @@ def _serve(args: argparse.Namespace) -> int:
             args.group_leader,
             timeout_s=args.group_timeout,
             join_timeout_s=args.group_join_timeout,
+            device=device,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None

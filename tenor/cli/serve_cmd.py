@@ -3,7 +3,7 @@
 
     tenor serve [--model NAME|PATH] [--host 127.0.0.1] [--port 8000]
                 [--dtype auto|bfloat16|float32] [--quantize auto|none|fp16|int8] [--api-key KEY] [--max-waiting N]
-                [--kv-cache-gb G] [--quantize-kv-cache] [--drain-timeout S]
+                [--kv-cache-gb G] [--quantize-kv-cache] [--drain-timeout S] [--device auto|cpu|cuda]
 
 --model is a registry name (`llama.SmolLM2_135M_Instruct`, `test.TinyLlamaRandom`, ...) or
 a checkpoint: a directory or a .gguf file, served with SmolLM2's servable config (the
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tenor import registry
 from tenor.cli.connection_flags import add_connection_flags, connection_limits_from
+from tenor.cli.device_flag import add_device_flag, device_from
 from tenor.engine.factory import EngineOptions, create_engine
 from tenor.errors import UserError
 from tenor.hardware import QUANTIZE_CHOICES
@@ -89,6 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also serve JetStream's gRPC Orchestrator (Decode, HealthCheck) on this port; 0 picks one",
     )
     add_connection_flags(parser)
+    add_device_flag(parser)
     parser.add_argument(
         "--tensor-parallel",
         "-tp",
@@ -110,9 +112,11 @@ def run(args: argparse.Namespace) -> int:
     options = engine_options(args.max_waiting, args.kv_cache_gb, args.quantize_kv_cache)
     if args.tensor_parallel < 1:
         raise UserError(f"--tensor-parallel must be >= 1, got {args.tensor_parallel}")
+    device = device_from(args.device)
+    options = dataclasses.replace(options, device=device)
     from tenor.dist.local import local_group
 
-    with local_group(servable, args.tensor_parallel) as local:
+    with local_group(servable, args.tensor_parallel, device) as local:
         options = dataclasses.replace(options, group=local.leader)
         return run_server(
             lambda: create_engine(servable, checkpoint, options),

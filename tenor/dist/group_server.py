@@ -35,7 +35,8 @@ async def form_group_table(config) -> tuple[GroupLeader, GroupModelTable]:
     from tenor.dist.leader import GroupLeader
 
     leader = await asyncio.to_thread(GroupLeader, config.group)
-    table = GroupModelTable(options=EngineOptions(group=leader), drain_timeout_s=config.drain_timeout_s)
+    options = EngineOptions(group=leader, device=config.group.device)
+    table = GroupModelTable(options=options, drain_timeout_s=config.drain_timeout_s)
     return leader, table
 
 

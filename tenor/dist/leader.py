@@ -55,7 +55,7 @@ def load_rank_model(group: Group, servable: ServableConfig, checkpoint: str | No
     source = open_source(checkpoint, servable.model, servable.seed)
     shard = plan_shard(source.config, group.size, group.rank)
     dtype = parse_dtype(dtype_name)
-    local, config = load_shard(source, shard, dtype, servable.max_target_length, weight_format)
+    local, config = load_shard(source, shard, dtype, servable.max_target_length, weight_format, group.spec.device)
     return RankModel(ShardedLM(local, shard, config.vocab_size, group), config, source.tokenizer_path, dtype)
 
 

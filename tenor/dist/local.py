@@ -74,7 +74,7 @@ class LocalGroup:
 
 
 @contextlib.contextmanager
-def local_group(servable, size: int):
+def local_group(servable, size: int, device: str = "cpu"):
     """With size > 1: ranks 1..size-1 started here, this process rank 0, its GroupLeader formed
     (leader None for one process). The workers are stopped on the way out, whatever happened."""
     if size == 1:
@@ -90,7 +90,7 @@ def local_group(servable, size: int):
         raise UserError(f"{servable.name}: {exc}") from None
     from tenor.dist.leader import GroupLeader
 
-    spec, workers, threads = start_local_group(size)
+    spec, workers, threads = start_local_group(size, device=device)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # the engine thread keeps this rank's share too
     torch.set_num_threads(threads)
     leader = None

@@ -81,7 +81,7 @@ def encode_step(step: StepInputs) -> torch.Tensor:
             contexts.append(span.context_slots.reshape(-1))
     parts = [torch.tensor(header + spans, dtype=torch.int64), step.input_ids, step.positions, b.slot_mapping,
              step.logits_rows, blocks.reshape(-1), mask.reshape(-1), lengths.reshape(-1), *contexts]
-    return torch.cat([p.to(torch.int64) for p in parts])
+    return torch.cat([p.to("cpu", torch.int64) for p in parts])  # a GPU leader's inputs are on its device
 
 
 def decode_step(payload: torch.Tensor, num_kv_heads: int) -> StepInputs:

@@ -137,7 +137,7 @@ def _gguf_source(path: Path) -> ShardSource:
 
 
 def load_shard(source: ShardSource, shard: RankShard, dtype: torch.dtype, max_positions: int | None = None,
-               weight_format: str = "dense") -> tuple[DecoderLM, ModelConfig]:
+               weight_format: str = "dense", device: str = "cpu") -> tuple[DecoderLM, ModelConfig]:
     """This rank's model (built with its local shapes) and the full model's config."""
     config = source.config
     if max_positions is not None and config.max_position_embeddings < max_positions:
@@ -146,4 +146,4 @@ def load_shard(source: ShardSource, shard: RankShard, dtype: torch.dtype, max_po
     for name in source.names:
         piece = tensor_slice(config, shard, name)
         weights[name] = finish(source.read(name, piece), piece, shard.rank)
-    return build_model(local_config(config, shard), weights, dtype, weight_format), config
+    return build_model(local_config(config, shard), weights, dtype, weight_format, device), config

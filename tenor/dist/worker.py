@@ -62,13 +62,15 @@ class WorkerLoop:
         assert self.ranked is not None, "CACHE before LOAD"
         local = self.ranked.model.local.config
         self.cache = PagedKVCache(local.num_layers, num_blocks, block_size, local.num_kv_heads, local.head_dim,
-                                  self.ranked.dtype, quantized=bool(quantized))
+                                  self.ranked.dtype, quantized=bool(quantized), device=self.group.spec.device)
 
     def _step(self, payload: torch.Tensor) -> None:
         assert self.ranked is not None and self.cache is not None, "STEP before LOAD and CACHE"
         step = messages.decode_step(payload, self.cache.num_kv_heads)
         step.batch.native = self.ranked.model.native_kernels  # this rank's own kernels
-        self.ranked.model(step.input_ids, step.positions, self.cache, step.batch, step.logits_rows)
+        device = self.cache.device
+        self.ranked.model(step.input_ids.to(device), step.positions.to(device), self.cache, step.batch.to(device),
+                          step.logits_rows.to(device))
         self.steps += 1
 
 

@@ -156,12 +156,15 @@ class RuntimeInfo:
     dtype: str  # activations
     weights: str  # how linear weights are stored: "dense", "fp16", ...
     reason: str
+    device: str = "cpu"  # "cpu", or the GPU's name when the model runs on CUDA
 
     def describe(self) -> str:
         from tenor.hardware import WEIGHT_LABELS
 
         weights = WEIGHT_LABELS.get(self.weights, self.weights)
-        return f"{self.cpu} ({self.isa}), {self.threads} threads: {self.dtype} activations, {weights}; {self.reason}"
+        host = f"{self.cpu} ({self.isa}), {self.threads} threads"
+        where = host if self.device == "cpu" else f"{self.device} (host {host})"
+        return f"{where}: {self.dtype} activations, {weights}; {self.reason}"
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from tenor.engine.runner import ModelRunner
 from tenor.engine.sampling import sample
 from tenor.engine.scheduler import Scheduler, SchedulerConfig
 from tenor.engine.sequence import Sequence
-from tenor.hardware import configure_threads, cpu_info
+from tenor.hardware import check_device_room, configure_threads, cpu_info, device_name
 from tenor.memory import default_kv_cache_bytes, kv_bytes_per_token
 from tenor.models.layers import PagedKVCache
 from tenor.registry import ServableConfig
@@ -103,7 +103,13 @@ class LLMEngine:
         cfg = loaded.config
         cpu, precision = cpu_info(), loaded.precision
         self._runtime = RuntimeInfo(
-            cpu.model_name, cpu.isa, threads, precision.dtype, precision.weights, precision.reason
+            cpu.model_name,
+            cpu.isa,
+            threads,
+            precision.dtype,
+            precision.weights,
+            precision.reason,
+            device_name(precision.device),
         )
         self.tokenizer = loaded.tokenizer
         self._vocab_size = cfg.vocab_size
@@ -122,6 +128,7 @@ class LLMEngine:
                 f"max_target_length ({self.servable.max_target_length})"
             )
         self.kv_cache_bytes = num_blocks * BLOCK_SIZE * per_slot
+        check_device_room(precision.device, self.kv_cache_bytes)
         cache = PagedKVCache(
             cfg.num_layers,
             num_blocks,
@@ -130,6 +137,7 @@ class LLMEngine:
             cfg.head_dim,
             loaded.dtype,
             quantized=self._options.quantize_kv_cache,
+            device=precision.device,
         )
         self._group = loaded.group
         if self._group is not None:
@@ -318,7 +326,7 @@ class LLMEngine:
     def _run(self, loop: asyncio.AbstractEventLoop, loaded: asyncio.Future) -> None:
         try:
             threads = configure_threads()
-            self._setup(load_model(self.servable, self._checkpoint, self._options.group), threads)
+            self._setup(load_model(self.servable, self._checkpoint, self._options.group, self._options.device), threads)
         except BaseException as exc:  # reported to start()'s caller
             loop.call_soon_threadsafe(_settle, loaded, exc)
             return

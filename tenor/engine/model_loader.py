@@ -47,9 +47,12 @@ def resolve_checkpoint(servable: ServableConfig, checkpoint: str | None) -> str 
     return checkpoint
 
 
-def load_model(servable: ServableConfig, checkpoint: str | None, group=None) -> LoadedModel:
+def load_model(servable: ServableConfig, checkpoint: str | None, group=None, device: str = "cpu") -> LoadedModel:
+    """`device` is resolved already (cpu or cuda); a group's ranks use their group's."""
+    if group is not None:
+        device = group.spec.device
     try:
-        precision = resolve_precision(servable.dtype, servable.quantize)
+        precision = resolve_precision(servable.dtype, servable.quantize, device)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     dtype = parse_dtype(precision.dtype)
@@ -68,7 +71,7 @@ def load_model(servable: ServableConfig, checkpoint: str | None, group=None) -> 
         # The checkpoint decides the shapes; the servable config only how to serve them.
         if config.max_position_embeddings < servable.max_target_length:
             config = dataclasses.replace(config, max_position_embeddings=servable.max_target_length)
-    model = build_model(config, weights, dtype, precision.weights)
+    model = build_model(config, weights, dtype, precision.weights, device)
     return LoadedModel(model, config, _load_tokenizer(servable, tokenizer_path), dtype, precision)
 
 

@@ -16,3 +16,4 @@ class EngineOptions:
     warmup: bool = True
     max_num_batched_tokens: int = 1024  # tokens per step: decodes plus prompt chunks
     group: object = None  # a formed tenor.dist.leader.GroupLeader: the model is sharded over its ranks
+    device: str = "cpu"  # "cpu" | "cuda", resolved at the entry point (tenor.hardware.resolve_device)

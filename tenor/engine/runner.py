@@ -14,14 +14,18 @@ from tenor.models.layers import AttentionBatch, PagedKVCache, PrefillSpan
 
 @dataclass
 class StepOutput:
-    logits: torch.Tensor  # [R, V] float32
+    logits: torch.Tensor  # [R, V] float32, on the CPU (sampling runs there, whatever the device)
     rows: list[tuple[Sequence, int]]  # (sequence, position) each logits row predicts after
 
 
 class ModelRunner:
+    """Builds each step's inputs on the CPU, moves them to the cache's device in one go, and
+    brings the logits back."""
+
     def __init__(self, model: DecoderLM, cache: PagedKVCache) -> None:
         self.model = model
         self.cache = cache
+        self.device = cache.device
         self.block_size = cache.block_size
         self._offsets = torch.arange(self.block_size)
 
@@ -62,10 +66,13 @@ class ModelRunner:
                 context = self._context_slots(chunk.seq.block_table, chunk.start + chunk.length)
             batch.prefills.append(PrefillSpan(offset, chunk.length, chunk.start, context))
             offset += chunk.length
-        logits = self.model(
-            torch.tensor(ids), torch.tensor(positions), self.cache, batch, torch.tensor(logits_rows, dtype=torch.long)
-        )
-        return StepOutput(logits, rows)
+        inputs = [torch.tensor(ids), torch.tensor(positions), torch.tensor(logits_rows, dtype=torch.long)]
+        if self.device.type != "cpu":
+            inputs = [t.to(self.device, non_blocking=True) for t in inputs]
+            batch = batch.to(self.device)
+        input_ids, input_positions, rows_index = inputs
+        logits = self.model(input_ids, input_positions, self.cache, batch, rows_index)
+        return StepOutput(logits.cpu(), rows)
 
     def _slot(self, block_table: list[int], position: int) -> int:
         return block_table[position // self.block_size] * self.block_size + position % self.block_size

@@ -61,9 +61,11 @@ class GPTJModel(DecoderLM):
             config.rotary_dim, config.max_position_embeddings, config.rope_theta, None, interleaved=True
         )
 
-    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype, weight_format: str = "dense") -> None:
+    def load_weights(
+        self, weights: dict[str, torch.Tensor], dtype: torch.dtype, weight_format: str = "dense", device: str = "cpu"
+    ) -> None:
         c = self.config
-        take = WeightTaker(weights, weight_format)
+        take = WeightTaker(weights, weight_format, device)
         d = (c.hidden_size,)
 
         def param(name: str, shape: tuple[int, ...]) -> nn.Parameter:

@@ -225,6 +225,10 @@ def make_kernel(
     if weight_format not in WEIGHT_FORMATS:
         raise ValueError(f"weight format must be one of {', '.join(WEIGHT_FORMATS)}, got {weight_format!r}")
     bias = None if bias is None else bias.to(dtype).contiguous()
+    if weight.device.type != "cpu" and scale is None:  # a GPU: torch's own GEMM (the rest is CPU code)
+        if weight_format != "dense":
+            raise ValueError(f"{weight_format} weights run on CPU kernels only, not on {weight.device}")
+        return DenseKernel(weight.to(dtype).contiguous(), bias)
     if scale is not None:
         return Int8WeightOnlyKernel(weight, scale.to(dtype).contiguous(), bias)
     if weight_format in ("fp16", "int8"):

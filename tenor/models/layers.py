@@ -7,6 +7,7 @@ H query heads, K kv heads, E head dim, S context length, B sequences.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -160,6 +161,24 @@ class AttentionBatch:
     decode_lengths: torch.Tensor | None = None  # [B] int64 context length of each decode sequence
     native: bool = False  # use tenor's fused float32 kernels (tenor.models.native) where they apply
 
+    def to(self, device: torch.device) -> AttentionBatch:
+        """The same batch with its tensors on `device` (itself when they are there already)."""
+        if self.slot_mapping.device == device:
+            return self
+
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device, non_blocking=True)
+
+        spans = [PrefillSpan(p.start, p.length, p.num_cached, move(p.context_slots)) for p in self.prefills]
+        return dataclasses.replace(
+            self,
+            slot_mapping=self.slot_mapping.to(device, non_blocking=True),
+            decode_blocks=move(self.decode_blocks),
+            decode_mask=move(self.decode_mask),
+            decode_lengths=move(self.decode_lengths),
+            prefills=spans,
+        )
+
 
 class PagedKVCache:
     """K and V for every layer: one tensor [layers, 2, K, blocks * block_size, E].
@@ -167,7 +186,8 @@ class PagedKVCache:
     Slots are `block * block_size + offset`. Heads lead so that gathering a batch's blocks
     yields, per head, each sequence's context as one contiguous [S, E] matrix: decode
     attention is then two batched matmuls with no copies in between. With `quantized=True`
-    k/v are int8 with one float scale per (kv head, slot), half the bytes of bf16.
+    k/v are int8 with one float scale per (kv head, slot), half the bytes of bf16. It lives on
+    `device` (the model's); blocks leave and enter it (`export_blocks`, `import_blocks`) as CPU tensors.
     """
 
     def __init__(
@@ -179,14 +199,18 @@ class PagedKVCache:
         head_dim: int,
         dtype: torch.dtype,
         quantized: bool = False,
+        device: str = "cpu",
     ) -> None:
         self.num_blocks, self.block_size, self.quantized, self.dtype = num_blocks, block_size, quantized, dtype
         self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
+        self.device = torch.device(device)
         slots = num_blocks * block_size
         store = torch.int8 if quantized else dtype
-        self.kv = torch.zeros(num_layers, 2, num_kv_heads, slots, head_dim, dtype=store)
-        self.scales = torch.ones(num_layers, 2, num_kv_heads, slots, 1, dtype=dtype) if quantized else None
-        self._gathered = torch.empty(0, dtype=dtype)  # read_blocks' scratch, grown on demand
+        self.kv = torch.zeros(num_layers, 2, num_kv_heads, slots, head_dim, dtype=store, device=device)
+        self.scales = (
+            torch.ones(num_layers, 2, num_kv_heads, slots, 1, dtype=dtype, device=device) if quantized else None
+        )
+        self._gathered = torch.empty(0, dtype=dtype, device=device)  # read_blocks' scratch, grown on demand
         self.native_scratch = native.DecodeScratch()
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -234,9 +258,9 @@ class PagedKVCache:
     def export_blocks(self, blocks: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Copies of whole blocks, as stored: k/v [layers, 2, K, B, block_size, E] (int8 when
         quantized) and, when quantized, their scales [layers, 2, K, B, block_size, 1]."""
-        index = torch.tensor(blocks, dtype=torch.long)
-        kv = self._block_view(self.kv).index_select(3, index)
-        scales = self._block_view(self.scales).index_select(3, index) if self.scales is not None else None
+        index = torch.tensor(blocks, dtype=torch.long, device=self.device)
+        kv = self._block_view(self.kv).index_select(3, index).cpu()
+        scales = self._block_view(self.scales).index_select(3, index).cpu() if self.scales is not None else None
         return kv, scales
 
     def import_blocks(self, blocks: list[int], kv: torch.Tensor, scales: torch.Tensor | None) -> None:
@@ -251,16 +275,16 @@ class PagedKVCache:
             raise ValueError("int8 KV blocks need their scales, and only int8 blocks have scales")
         if scales is not None and (tuple(scales.shape) != tuple(want[:-1]) + (1,) or scales.dtype != self.dtype):
             raise ValueError(f"KV scales of shape {tuple(scales.shape)} {scales.dtype} do not fit this cache")
-        index = torch.tensor(blocks, dtype=torch.long)
-        self._block_view(self.kv).index_copy_(3, index, kv)
+        index = torch.tensor(blocks, dtype=torch.long, device=self.device)
+        self._block_view(self.kv).index_copy_(3, index, kv.to(self.device))
         if scales is not None:
             assert self.scales is not None  # checked above: only a quantized cache takes scales
-            self._block_view(self.scales).index_copy_(3, index, scales)
+            self._block_view(self.scales).index_copy_(3, index, scales.to(self.device))
 
     def _scratch(self, shape: tuple[int, ...]) -> torch.Tensor:
         needed = math.prod(shape)
         if self._gathered.numel() < needed:
-            self._gathered = torch.empty(needed, dtype=self.dtype)
+            self._gathered = torch.empty(needed, dtype=self.dtype, device=self.device)
         return self._gathered[:needed].view(shape)
 
 
@@ -337,7 +361,7 @@ def paged_attention(
         else:
             kp, vp = cache.read(layer, span.context_slots)  # [K, L, E]
             total = span.num_cached + span.length
-            mask = torch.ones(span.length, total, dtype=torch.bool).tril(diagonal=span.num_cached)
+            mask = torch.ones(span.length, total, dtype=torch.bool, device=q.device).tril(diagonal=span.num_cached)
             causal = False
         # 4-D inputs: with 3-D ones torch's CPU dispatch falls back to the 2-3x slower math kernel.
         op = F.scaled_dot_product_attention(

@@ -158,10 +158,12 @@ class LlamaModel(DecoderLM):
             row += [kernel.q.data_ptr(), kernel.bits, kernel.scales.data_ptr(), kernel.offsets.data_ptr()]
         return row
 
-    def load_weights(self, weights: dict[str, torch.Tensor], dtype: torch.dtype, weight_format: str = "dense") -> None:
+    def load_weights(
+        self, weights: dict[str, torch.Tensor], dtype: torch.dtype, weight_format: str = "dense", device: str = "cpu"
+    ) -> None:
         c = self.config
         self._fused_weights = None
-        take = WeightTaker(weights, weight_format)
+        take = WeightTaker(weights, weight_format, device)
         self.embed = nn.Parameter(
             take.float("embed.weight", (c.vocab_size, c.hidden_size)).to(dtype), requires_grad=False
         )
@@ -188,18 +190,21 @@ class LlamaModel(DecoderLM):
 
 
 class WeightTaker:
-    """Hands out checkpoint tensors by name with shape checks, and notices leftovers."""
+    """Hands out checkpoint tensors by name with shape checks, on the serving device, and
+    notices leftovers."""
 
-    def __init__(self, weights: dict[str, torch.Tensor], weight_format: str = "dense") -> None:
+    def __init__(self, weights: dict[str, torch.Tensor], weight_format: str = "dense", device: str = "cpu") -> None:
         self.weights = weights
         self.weight_format = weight_format
+        self.device = device
         self.used: set[str] = set()
 
     def get(self, name: str) -> torch.Tensor:
         if name not in self.weights:
             raise ValueError(f"checkpoint is missing tensor {name!r}")
         self.used.add(name)
-        return self.weights[name]
+        # One tensor at a time: a GPU never holds the checkpoint's copy and the served one of every weight.
+        return self.weights[name].to(self.device)
 
     def float(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
         tensor = self.get(name)

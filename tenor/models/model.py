@@ -21,16 +21,20 @@ def parse_dtype(name: str) -> torch.dtype:
 
 
 def build_model(
-    config: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype, weight_format: str = "dense"
+    config: ModelConfig,
+    weights: dict[str, torch.Tensor],
+    dtype: torch.dtype,
+    weight_format: str = "dense",
+    device: str = "cpu",
 ) -> DecoderLM:
     """`weight_format` "fp16" stores linear weights as float16 for FBGEMM (float32 activations),
-    "int8" adds int8 blocks for decode-sized batches. In float32, every format runs tenor's fused
-    native kernels for decode where they build (the same products, summed in another order);
-    elsewhere torch's own ops."""
+    "int8" adds int8 blocks for decode-sized batches. In float32 on the CPU, every format runs
+    tenor's fused native kernels for decode where they build (the same products, summed in another
+    order); elsewhere, and on a CUDA `device` (dense weights only), torch's own ops."""
     model: LlamaModel | GPTJModel = LlamaModel(config) if config.arch == "llama" else GPTJModel(config)
-    model.load_weights(weights, dtype, weight_format)
-    model.native_kernels = dtype == torch.float32 and native.available()
-    return model.eval()
+    model.load_weights(weights, dtype, weight_format, device)
+    model.native_kernels = device == "cpu" and dtype == torch.float32 and native.available()
+    return model.to(device).eval()  # the rotary tables are buffers built on the CPU
 
 
 def random_weights(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]:

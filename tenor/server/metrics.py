@@ -46,13 +46,14 @@ class EngineStatsCollector(Collector):
             runtime = stats.runtime
             yield InfoMetricFamily(
                 PREFIX + "runtime",
-                "The CPU the engine runs on and the precision chosen for it.",
+                "The CPU (and GPU) the engine runs on and the precision chosen for it.",
                 value={
                     "cpu": runtime.cpu,
                     "isa": runtime.isa,
                     "threads": str(runtime.threads),
                     "dtype": runtime.dtype,
                     "weights": runtime.weights,
+                    "device": runtime.device,
                 },
             )
 

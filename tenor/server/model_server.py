@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from tenor.auth.channels import CellAccess, CellCredentials, open_access
 from tenor.dist.spec import GroupSpec
 from tenor.engine.api import EngineUnavailableError, HealthState
+from tenor.engine.options import EngineOptions
 from tenor.errors import UserError
 from tenor.proto import common_pb2, jetstream_pb2_grpc, lm_pb2_grpc, modelet_pb2_grpc
 from tenor.server.http.connection_limits import ConnectionLimits
@@ -113,7 +114,11 @@ class ModelServer:
         # Dialled after start() has opened the cell access: prefill replicas check the cell token too.
         self._decode_role = DecodeRole(dial=lambda target, options: self._cell_access().channel(target, options))
         self._admin = None  # AdminClient for decode replicas' WatchLoc, made on the first decode load
-        self.table = table or ModelTable(drain_timeout_s=config.drain_timeout_s, wrap_engine=self._take_role)
+        self.table = table or ModelTable(
+            options=EngineOptions(device=config.platform),
+            drain_timeout_s=config.drain_timeout_s,
+            wrap_engine=self._take_role,
+        )
         self.address = ""
         self.http_address = ""
         self._grpc: grpc.aio.Server | None = None

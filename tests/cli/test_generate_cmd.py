@@ -4,6 +4,9 @@ import json
 import subprocess
 import sys
 
+import pytest
+import torch
+
 
 def tenor(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tenor.cli.main", *args], capture_output=True, text=True, timeout=120)
@@ -78,3 +81,17 @@ def test_bad_input_is_one_line():
         out = tenor("generate", *args)
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.startswith("tenor: error: ") and out.stderr.count("\n") == 1, out.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_device_cuda_without_a_gpu_is_a_one_line_error():
+    out = tenor("generate", "--model", "test.TinyLlamaRandom", "--device", "cuda", "hi")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("tenor: error: --device cuda: torch sees no CUDA device"), out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr
+
+
+def test_device_cpu_is_what_auto_picks_without_a_gpu():
+    out = tenor("generate", "--model", "test.TinyLlamaRandom", "--device", "cpu", "--max-tokens", "4", "--json", "hi")
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["token_ids"]) == 4

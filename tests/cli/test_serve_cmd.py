@@ -138,6 +138,12 @@ def test_bad_numbers(capsys, flags, fragment):
     assert_one_line_error(*run_main(capsys, "--model", "test.TinyLlamaRandom", *flags), fragment)
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_device_cuda_without_a_gpu(capsys):
+    code, err = run_main(capsys, "--model", "test.TinyLlamaRandom", "--device", "cuda")
+    assert_one_line_error(code, err, "--device cuda: torch sees no CUDA device")
+
+
 def test_a_registry_name_serves_its_own_config_without_a_checkpoint():
     assert serve_cmd.resolve_model("test.TinyLlamaRandom") == (registry.get("test.TinyLlamaRandom"), None)
 
@@ -163,3 +169,4 @@ def test_defaults_and_the_api_key_from_the_environment(monkeypatch):
     assert args.drain_timeout == 10.0
     assert args.api_key == "k"
     assert args.dtype is None and not args.quantize_kv_cache
+    assert args.device == "auto"
