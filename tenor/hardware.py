@@ -3,13 +3,16 @@
 `--dtype auto` and `--quantize auto` (the defaults) resolve here. The rule, from measurements on
 the CPUs we meet (benchmarks/RESULTS.md):
 
-- bfloat16 activations and weights only where the CPU computes bf16 natively (AMX or
-  AVX512-BF16 on x86, the BF16 extension on ARM); elsewhere bf16 is emulated and about 10x
-  slower than float32, so float32 activations.
+- bfloat16 activations and weights where the CPU has bf16 matrix units (AMX on x86, the BF16
+  extension on ARM). Elsewhere float32 activations: bf16 is emulated and about 10x slower than
+  float32 without native bf16, and with AVX512-BF16 but no AMX a bf16 model ran one stream at
+  under half the speed of float32 with tenor's decode kernels (an AVX512-BF16 EPYC, RESULTS.md).
 - With float32 activations on x86 (FBGEMM available), weights are kept as 8-bit blocks for
   decode steps (tenor's own kernel, tenor/csrc; a GGUF Q4_1 or Q8_0 block is held exactly) and
-  as float16 for prefill (FBGEMM's fp16 GEMM); without a C compiler, float16 alone. Both give
-  the greedy tokens of HF transformers in float32 on the default model (benchmarks/accuracy.py).
+  with a 2-byte copy for prefill and many streams: bf16 through oneDNN where the CPU computes
+  bf16 natively (AVX512-BF16: ~2x FBGEMM at 64-256 rows), else float16 (FBGEMM's fp16 GEMM);
+  without a C compiler, float16 alone. Accuracy against HF transformers in float32 on the default
+  model: benchmarks/accuracy.py, figures in RESULTS.md.
 
 On a CUDA device (`--device cuda`, or `auto` where torch sees one) activations are bfloat16 and
 weights dense: GPUs compute bf16 natively, and the int8/fp16 weight kernels above are CPU code.
@@ -32,8 +35,8 @@ QUANTIZE_CHOICES = ("auto", "none", "fp16", "int8")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 WEIGHT_LABELS = {
     "dense": "weights in the activation dtype",
-    "fp16": "float16 weights, read in place by tenor's kernel for decode, FBGEMM's fp16 GEMM for prefill",
-    "int8": "int8 weights in blocks of 32 for decode (tenor's kernel), float16 (FBGEMM) for prefill",
+    "fp16": "float16 weights, read in place by tenor's kernel for decode, bf16 (oneDNN) or FBGEMM's fp16 for prefill",
+    "int8": "int8 weights in blocks of 32 for decode (tenor's kernel), bf16 (oneDNN) or float16 (FBGEMM) for prefill",
 }
 
 
@@ -48,6 +51,11 @@ class CpuInfo:
     @property
     def native_bf16(self) -> bool:
         return bool({"amx_bf16", "avx512_bf16", "bf16"} & self.flags)
+
+    @property
+    def bf16_matrix_units(self) -> bool:
+        """AMX on x86, the BF16 extension on ARM: where a whole bf16 model beats float32."""
+        return "amx_bf16" in self.flags or (self.machine in ("aarch64", "arm64") and "bf16" in self.flags)
 
     @property
     def isa(self) -> str:
@@ -179,7 +187,11 @@ def choose_precision(
     if device == "cuda":
         return _cuda_precision(dtype, quantize)
     if dtype == "auto":
-        if cpu.native_bf16:
+        if cpu.bf16_matrix_units:
+            dtype, why = "bfloat16", f"{cpu.isa} computes bf16 natively"
+        elif cpu.native_bf16 and fp16_kernel and native_kernels:
+            dtype, why = "float32", f"{cpu.isa} without bf16 matrix units: float32 decode kernels, bf16 big batches"
+        elif cpu.native_bf16:
             dtype, why = "bfloat16", f"{cpu.isa} computes bf16 natively"
         else:
             dtype, why = "float32", "no native bf16 on this CPU (it would be emulated, ~10x slower)"

@@ -10,10 +10,13 @@ Each kernel owns its weight in the layout its library wants and computes x @ W.T
 - `Fp16Kernel`: float16 weights through FBGEMM's fp16 GEMM (float32 in and out, float32
   accumulation). Half the bytes of float32; on an AVX2 EPYC 1.5-2x faster than float32 at
   batch 32-256 and 6x for the 49152-row LM head at batch 1.
+- `Bf16BatchKernel`: bf16 weights through oneDNN for float32 activations (converted on the way
+  in and out), on CPUs that compute bf16 natively.
 - `DecodeKernel`s: tenor's own kernel (tenor/csrc) for decode-sized batches, a library's GEMM
   for larger ones. `Int8BlockKernel` holds 8-bit (or 4-bit) weights in blocks of 32 with a scale
-  and a minimum each, `Fp16DecodeKernel` float16 weights (both with FBGEMM fp16 for big
-  batches), `Float32DecodeKernel` float32 weights (oneDNN or F.linear for big batches; one copy).
+  and a minimum each, `Fp16DecodeKernel` float16 weights (both with bf16 through oneDNN for big
+  batches where the CPU computes bf16 natively, else FBGEMM fp16), `Float32DecodeKernel` float32
+  weights (oneDNN or F.linear for big batches; one copy).
 - `Int8WeightOnlyKernel`: int8 weights with per-row scales (`tenor convert --quantize int8`),
   through torch's fused CPU kernel.
 """
@@ -95,6 +98,40 @@ class Fp16Kernel(LinearKernel):
         return self._bytes
 
 
+class Bf16BatchKernel(LinearKernel):
+    """Big batches (prefill, many streams) in bf16 through oneDNN, float32 in and out: on a CPU
+    that computes bf16 natively (AVX512-BF16, AMX) 1.5-2.2x FBGEMM's fp16 GEMM at 64-256 rows
+    (AVX512-BF16 EPYC, benchmarks/RESULTS.md). The decode kernels' batched half where
+    `bf16_batches_apply`; 2 bytes a weight, as FBGEMM's fp16 copy."""
+
+    name = "bf16"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        plain = weight.to(torch.bfloat16).contiguous()
+        packed = onednn_pack(plain)
+        self.inner = OneDnnKernel(plain if packed is None else packed, None if bias is None else bias.bfloat16())
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x.to(torch.bfloat16)).float()
+
+    def nbytes(self) -> int:
+        return self.inner.nbytes()
+
+
+def bf16_batches_apply() -> bool:
+    """Whether big batches go through `Bf16BatchKernel` here: oneDNN applies and the CPU computes
+    bf16 natively (elsewhere bf16 is emulated, ~10x slower than float32)."""
+    from tenor.hardware import cpu_info
+
+    return cpu_info().native_bf16 and onednn_applies(torch.empty(0, dtype=torch.bfloat16))
+
+
+def batched_kernel(weight: torch.Tensor, bias: torch.Tensor | None) -> LinearKernel:
+    """The library GEMM a decode kernel hands big batches to: bf16 where the CPU computes it
+    natively, else FBGEMM's fp16."""
+    return Bf16BatchKernel(weight, bias) if bf16_batches_apply() else Fp16Kernel(weight, bias)
+
+
 class DecodeKernel(LinearKernel):
     """Decode-sized batches (a few rows, bound by the weight bytes each step reads) through
     tenor's native kernel on a compact form of the weight (`q`, read in place); larger batches
@@ -121,19 +158,19 @@ class DecodeKernel(LinearKernel):
         return flat.view(*x.shape[:-1], self.out_features)
 
     def nbytes(self) -> int:
-        return self.batched.nbytes() + _nbytes(self.q, self.scales, self.offsets)
+        return self.batched.nbytes() + _nbytes(self.q, self.scales, self.offsets, self.bias)
 
 
 class Int8BlockKernel(DecodeKernel):
     """8-bit weights in blocks of 32 that share a scale and a minimum (1.25 bytes a weight with the
     scales; holds GGUF's Q4_1 and Q8_0 blocks exactly), or 4 bits (0.75 bytes) when every block
-    is a Q4_1 block, as in the default model's GGUF. With FBGEMM's fp16 copy for big batches:
-    3.25 bytes a weight in all, still less than float32's 4."""
+    is a Q4_1 block, as in the default model's GGUF. With a 2-byte copy for big batches
+    (`batched_kernel`): 3.25 bytes a weight in all, still less than float32's 4."""
 
     name = "int8"
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        super().__init__(Fp16Kernel(weight, bias), weight.shape[0], bias)
+        super().__init__(batched_kernel(weight, bias), weight.shape[0], bias)
         q, scales, mins = native.quantize_u8_blocks(weight)
         nibbles = native.nibble_blocks(q, scales, mins)
         if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
@@ -146,12 +183,13 @@ class Int8BlockKernel(DecodeKernel):
 class Fp16DecodeKernel(DecodeKernel):
     """Float16 weights read in place by tenor's kernel for decode (FBGEMM's packed GEMM has a
     per-call cost made for big batches: at one stream it ran at ~8 GB/s of weights on an AVX2
-    EPYC), FBGEMM for big batches. The same values both ways; 4 bytes a weight in all."""
+    EPYC), `batched_kernel` for big batches (FBGEMM's fp16: the same values both ways; or bf16
+    where the CPU computes it natively); 4 bytes a weight in all."""
 
     name = "fp16"
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        super().__init__(Fp16Kernel(weight, bias), weight.shape[0], bias)
+        super().__init__(batched_kernel(weight, bias), weight.shape[0], bias)
         self.bits, self.q = 16, weight.to(torch.float16).contiguous()
 
 

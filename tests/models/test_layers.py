@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from tenor.hardware import fbgemm_fp16_available
 from tenor.models import native
 from tenor.models.kernels import (
+    Bf16BatchKernel,
     DenseKernel,
     Float32DecodeKernel,
     Fp16DecodeKernel,
@@ -17,6 +18,7 @@ from tenor.models.kernels import (
     Int8BlockKernel,
     Int8WeightOnlyKernel,
     OneDnnKernel,
+    bf16_batches_apply,
     onednn_pack,
 )
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, decode_attention
@@ -86,13 +88,19 @@ def test_fp16_linear_matches_f_linear_on_fp16_weights(bias):
     # With tenor's kernel, decode reads its own float16 copy in place (FBGEMM packs another).
     copies = 2 if isinstance(layer.kernel, Fp16DecodeKernel) else 1
     assert isinstance(layer.kernel, Fp16DecodeKernel) == native.available()
-    assert layer.weight_nbytes() == copies * 96 * 64 * 2 + (96 * 4 if bias else 0)
-    for shape in [(1, 64), (7, 64), (9, 64), (2, 5, 64), (40, 64)]:  # tenor's kernel up to 8 rows, FBGEMM beyond
+    biases = layer.weight_nbytes() - copies * 96 * 64 * 2  # each copy keeps its bias, in its own dtype
+    assert 0 <= biases <= (copies * 96 * 4 if bias else 0)
+    bf16_batches = isinstance(layer.kernel, Fp16DecodeKernel) and isinstance(layer.kernel.batched, Bf16BatchKernel)
+    for shape in [(1, 64), (7, 64), (9, 64), (2, 5, 64), (40, 64)]:  # tenor's kernel up to 8 rows, a GEMM beyond
         x = torch.randn(*shape, generator=gen)
-        # The reference: the weight rounded to float16, multiplied in float32.
-        expected = F.linear(x, weight.half().float(), b if bias else None)
+        rows = x.numel() // 64
+        if bf16_batches and rows > native.INT8_MAX_ROWS:  # oneDNN in bf16 where the CPU computes it natively
+            expected = F.linear(x.bfloat16(), weight.bfloat16(), b.bfloat16() if bias else None).float()
+            tolerance = 0.1  # bf16's 8 bits of mantissa on outputs of magnitude ~10
+        else:  # the weight rounded to float16, multiplied in float32
+            expected, tolerance = F.linear(x, weight.half().float(), b if bias else None), 1e-3
         assert layer(x).shape == expected.shape
-        assert (layer(x) - expected).abs().max() <= 1e-3
+        assert (layer(x) - expected).abs().max() <= tolerance
 
 
 @pytest.mark.skipif(not (fbgemm_fp16_available() and native.available()), reason="needs FBGEMM and a C compiler")
@@ -107,6 +115,25 @@ def test_int8_linear_uses_int8_for_few_rows_and_fp16_for_many():
         x = torch.randn(rows, 64, generator=gen)
         assert (layer(x) - F.linear(x, weight)).abs().max() <= 0.01  # 8 bits: 1/255 of a block's range
     assert layer(torch.randn(2, 3, 64)).shape == (2, 3, 48)
+
+
+def test_decode_kernels_hand_big_batches_to_bf16_where_the_cpu_computes_it():
+    weight = torch.randn(48, 64) * 0.05
+    kernel = Fp16DecodeKernel(weight, None) if native.available() else None
+    if kernel is not None:
+        assert isinstance(kernel.batched, Bf16BatchKernel) == bf16_batches_apply()
+    if not bf16_batches_apply():
+        pytest.skip("no native bf16 with oneDNN on this CPU: big batches go to FBGEMM fp16")
+    gen = torch.Generator().manual_seed(6)
+    weight, bias = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
+    bf16 = Bf16BatchKernel(weight, bias)
+    assert bf16.nbytes() == 96 * 64 * 2 + 96 * 2
+    x = torch.randn(3, 40, 64, generator=gen)
+    expected = F.linear(x.bfloat16(), weight.bfloat16(), bias.bfloat16()).float()
+    out = bf16(x)
+    assert out.dtype == torch.float32 and out.shape == (3, 40, 96)
+    assert (out - expected).abs().max() <= 0.1
+    assert (out - F.linear(x, weight, bias)).abs().max() <= 0.2  # and close to float32
 
 
 def test_fp16_weights_need_float32_activations():
