@@ -1,0 +1,68 @@
+"""The GEMMs behind big batches (prefill, many streams) on this CPU, float32 in and out:
+FBGEMM's fp16-weight GEMM against oneDNN in bf16 (packed weight), for the default model's
+linear shapes. Which one wins decides `tenor.models.kernels.batched_kernel`.
+
+    python benchmarks/batch_gemm.py [--rows 16,64,256] [--repeats 20]
+
+oneDNN bf16 is skipped where this torch or CPU lacks it; on CPUs without native bf16 it is
+emulated and slow, which is the point of measuring it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import torch
+
+# (out, in) of SmolLM2-135M's linears: qkv, o, gate_up, down, LM head
+SHAPES = [(1728, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576)]
+
+
+def median_ms(fn, repeats: int) -> float:
+    fn()
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2] * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default="16,64,256")
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    from tenor.hardware import configure_threads, cpu_info
+
+    threads = configure_threads()
+    cpu = cpu_info()
+    print(f"CPU {cpu.model_name} ({cpu.isa}), {threads} threads")
+    print("| shape (out x in) | rows | FBGEMM fp16 ms | oneDNN bf16 ms | fp16 / bf16 |")
+    print("|---|---|---|---|---|")
+    warnings.simplefilter("ignore")  # FBGEMM's prepack warns about quantized tensors it does not use
+    for out_features, in_features in SHAPES:
+        weight = torch.randn(out_features, in_features) * 0.05
+        fp16 = torch.ops.quantized.linear_prepack_fp16(weight, None)
+        try:
+            bf16 = torch.ops.mkldnn._reorder_linear_weight(weight.bfloat16(), 1)
+        except (AttributeError, RuntimeError):
+            bf16 = None
+        for rows in (int(r) for r in args.rows.split(",")):
+            x = torch.randn(rows, in_features)
+            a = median_ms(lambda: torch.ops.quantized.linear_dynamic_fp16(x, fp16), args.repeats)
+            if bf16 is None:
+                print(f"| {out_features}x{in_features} | {rows} | {a:.3f} | - | - |")
+                continue
+            b = median_ms(
+                lambda: torch.ops.mkldnn._linear_pointwise(x.bfloat16(), bf16, None, "none", [], "").float(),
+                args.repeats,
+            )
+            print(f"| {out_features}x{in_features} | {rows} | {a:.3f} | {b:.3f} | {a / b:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
