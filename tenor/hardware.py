@@ -190,7 +190,7 @@ def choose_precision(
         if cpu.bf16_matrix_units:
             dtype, why = "bfloat16", f"{cpu.isa} computes bf16 natively"
         elif cpu.native_bf16 and fp16_kernel and native_kernels:
-            dtype, why = "float32", f"{cpu.isa} without bf16 matrix units: float32 decode kernels, bf16 big batches"
+            dtype, why = "float32", "native bf16 but no AMX: float32 decode kernels, bf16 big batches"
         elif cpu.native_bf16:
             dtype, why = "bfloat16", f"{cpu.isa} computes bf16 natively"
         else:
