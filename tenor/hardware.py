@@ -187,12 +187,12 @@ def choose_precision(
     if device == "cuda":
         return _cuda_precision(dtype, quantize)
     if dtype == "auto":
-        if cpu.bf16_matrix_units:
+        # Without matrix units, tenor's float32 decode kernels (where they run) beat a bf16 model.
+        decode_kernels = fp16_kernel and native_kernels
+        if cpu.native_bf16 and (cpu.bf16_matrix_units or not decode_kernels):
             dtype, why = "bfloat16", f"{cpu.isa} computes bf16 natively"
-        elif cpu.native_bf16 and fp16_kernel and native_kernels:
-            dtype, why = "float32", "native bf16 but no AMX: float32 decode kernels, bf16 big batches"
         elif cpu.native_bf16:
-            dtype, why = "bfloat16", f"{cpu.isa} computes bf16 natively"
+            dtype, why = "float32", "native bf16 but no AMX: float32 decode kernels, bf16 big batches"
         else:
             dtype, why = "float32", "no native bf16 on this CPU (it would be emulated, ~10x slower)"
     else:

@@ -17,10 +17,6 @@ from tenor.dist.spec import GroupSpec
 from tenor.errors import UserError
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 class Group:
     """The joined process group. One thread drives it (collectives run in the same order on every rank)."""
 
