@@ -14,8 +14,36 @@
 #include <immintrin.h>
 #endif
 
+/* e^x in float32 without libm, written so the compiler vectorizes it inside `omp simd` loops
+ * (glibc's expf stays scalar unless built with -ffast-math): Cody-Waite reduction by ln 2 and
+ * Cephes' degree-6 polynomial, about 1 ulp on [-87.3, 88.3]. Below, e^-87.3 (no subnormals);
+ * above 88.4 (where e^x nears float's top), +inf, so silu(-huge) is -0 as it should be. */
+#pragma omp declare simd
+static inline float fast_expf(float x) {
+    x = x < -87.3f ? -87.3f : (x > 89.0f ? 89.0f : x);
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } scale;
+    scale.i = ((int32_t)n + 127) << 23;
+    return p * scale.f;
+}
+
+/* Row-wise ops split their rows over threads only when there is enough work to pay for waking
+ * them: a decode step's few rows stay on the calling thread. */
+#define PARALLEL_MIN_FLOATS (1 << 16)
+
 /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for `rows` rows of `dim`. */
-void tenor_rms_norm_f32(const float *x, const float *w, float *out, int64_t rows, int64_t dim, float eps) {
+void tenor_rms_norm_f32(const float *x, const float *w, float *out, int64_t rows, int64_t dim, float eps,
+                        int64_t threads) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (rows * dim >= PARALLEL_MIN_FLOATS)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * dim;
         float *o = out + r * dim;
@@ -29,40 +57,46 @@ void tenor_rms_norm_f32(const float *x, const float *w, float *out, int64_t rows
 }
 
 /* gate_up [rows, 2 * inter] (gate then up) -> out [rows, inter] = silu(gate) * up. */
-void tenor_silu_mul_f32(const float *gate_up, float *out, int64_t rows, int64_t inter) {
+void tenor_silu_mul_f32(const float *gate_up, float *out, int64_t rows, int64_t inter, int64_t threads) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (rows * inter >= PARALLEL_MIN_FLOATS)
     for (int64_t r = 0; r < rows; r++) {
         const float *g = gate_up + r * 2 * inter, *u = g + inter;
         float *o = out + r * inter;
 #pragma omp simd
-        for (int64_t i = 0; i < inter; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        for (int64_t i = 0; i < inter; i++) o[i] = g[i] / (1.0f + fast_expf(-g[i])) * u[i];
     }
 }
 
-/* Decode attention straight from the paged cache, no gathered copy.
- *   q       [B, H, E]           one query token per sequence
- *   k, v    [K, slots, E]       one layer's cache (slot = block * block_size + offset): float32,
- *                               or int8 with one float32 scale per (head, slot) in ks, vs [K, slots]
- *   table   [B, N]              each sequence's blocks
- *   lengths [B]                 each sequence's context length (slots 0..len-1 of its blocks)
- *   out     [B, H, E]
- *   scratch [threads, G * max_len] floats for the scores, one slice for each of `threads` threads
- * Query heads h * G .. h * G + G - 1 share kv head h (grouped-query attention). */
-static void paged_decode_attention(const float *q, const float *kf, const float *vf, const int8_t *k8,
-                                   const int8_t *v8, const float *ks, const float *vs, const int64_t *table,
-                                   const int64_t *lengths, float *out, float *scratch, int64_t B, int64_t H,
-                                   int64_t K, int64_t E, int64_t N, int64_t block_size, int64_t slots,
-                                   int64_t max_len, float scale, int64_t threads) {
-    const int64_t G = H / K;
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t item = 0; item < B * K; item++) {
-        const int64_t b = item / K, h = item % K, len = lengths[b];
-        float *scores = scratch + (int64_t)omp_get_thread_num() * G * max_len;
-        const float *qb = q + (b * H + h * G) * E;
-        float *ob = out + (b * H + h * G) * E;
-        for (int64_t t = 0; t < len; t++) {
-            const int64_t slot = h * slots + table[b * N + t / block_size] * block_size + t % block_size;
+/* Asks for row `i` of the next block (`bytes` a row) while this block's row `i` is worked on: each
+ * block is a page of its own, and the hardware prefetchers stop at page boundaries, so without
+ * this every block starts with a stall on memory. */
+static inline void prefetch_row(const void *next_block, int64_t i, int64_t bytes) {
+    if (!next_block) return;
+    const char *row = (const char *)next_block + i * bytes;
+    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off);
+}
+
+/* One (sequence, kv head) of decode attention: the G query heads sharing kv head `h` attend to
+ * the sequence's first `len` cached tokens, read block by block in place. Two passes over the
+ * context: scores (each K row read once for all G heads), then softmax and the weighted sum of V
+ * (each V row read once). `E` is a compile-time constant in the specialised copies below, so
+ * the head-dim loops unroll into whole vectors. */
+static inline __attribute__((always_inline)) void attend_one(
+    const float *q, const float *kf, const float *vf, const int8_t *k8, const int8_t *v8, const float *ks,
+    const float *vs, const int64_t *blocks, int64_t len, float *out, float *scores, int64_t G, const int64_t E,
+    int64_t block_size, int64_t head_base, int64_t max_len, float scale) {
+    for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
+        const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
+        const int64_t next = start + block_size < len ? head_base + blocks[nb + 1] * block_size : -1;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t slot = base + i;
+            if (k8) {
+                prefetch_row(next < 0 ? NULL : k8 + next * E, i, E);
+            } else {
+                prefetch_row(next < 0 ? NULL : kf + next * E, i, E * 4);
+            }
             for (int64_t g = 0; g < G; g++) {
-                const float *qg = qb + g * E;
+                const float *qg = q + g * E;
                 float dot = 0.0f;
                 if (k8) {
                     const int8_t *kt = k8 + slot * E;
@@ -74,38 +108,82 @@ static void paged_decode_attention(const float *q, const float *kf, const float 
 #pragma omp simd reduction(+ : dot)
                     for (int64_t e = 0; e < E; e++) dot += qg[e] * kt[e];
                 }
-                scores[g * max_len + t] = dot * scale;
+                scores[g * max_len + start + i] = dot * scale;
             }
         }
-        for (int64_t g = 0; g < G; g++) {
-            float *s = scores + g * max_len, top = -INFINITY, total = 0.0f;
-            for (int64_t t = 0; t < len; t++) top = s[t] > top ? s[t] : top;
-            for (int64_t t = 0; t < len; t++) {
-                s[t] = expf(s[t] - top);
-                total += s[t];
-            }
-            const float inv = 1.0f / total;
-            for (int64_t t = 0; t < len; t++) s[t] *= inv;
-            float *og = ob + g * E;
+    }
+    for (int64_t g = 0; g < G; g++) {
+        float *s = scores + g * max_len, top = -INFINITY, total = 0.0f;
+        for (int64_t t = 0; t < len; t++) top = s[t] > top ? s[t] : top;
+#pragma omp simd reduction(+ : total)
+        for (int64_t t = 0; t < len; t++) {
+            s[t] = fast_expf(s[t] - top);
+            total += s[t];
+        }
+        const float inv = 1.0f / total;
 #pragma omp simd
-            for (int64_t e = 0; e < E; e++) og[e] = 0.0f;
-        }
-        for (int64_t t = 0; t < len; t++) {  /* each V row read once, for every query head of the group */
-            const int64_t slot = h * slots + table[b * N + t / block_size] * block_size + t % block_size;
+        for (int64_t t = 0; t < len; t++) s[t] *= inv;
+    }
+    for (int64_t i = 0; i < G * E; i++) out[i] = 0.0f; /* the accumulator: this item's own rows */
+    for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
+        const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
+        const int64_t next = start + block_size < len ? head_base + blocks[nb + 1] * block_size : -1;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t slot = base + i;
+            if (v8) {
+                prefetch_row(next < 0 ? NULL : v8 + next * E, i, E);
+            } else {
+                prefetch_row(next < 0 ? NULL : vf + next * E, i, E * 4);
+            }
             for (int64_t g = 0; g < G; g++) {
-                float *og = ob + g * E;
+                float *ag = out + g * E;
                 if (v8) {
                     const int8_t *vt = v8 + slot * E;
-                    const float p = scores[g * max_len + t] * vs[slot];
+                    const float p = scores[g * max_len + start + i] * vs[slot];
 #pragma omp simd
-                    for (int64_t e = 0; e < E; e++) og[e] += p * (float)vt[e];
+                    for (int64_t e = 0; e < E; e++) ag[e] += p * (float)vt[e];
                 } else {
-                    const float *vt = vf + slot * E, p = scores[g * max_len + t];
+                    const float *vt = vf + slot * E, p = scores[g * max_len + start + i];
 #pragma omp simd
-                    for (int64_t e = 0; e < E; e++) og[e] += p * vt[e];
+                    for (int64_t e = 0; e < E; e++) ag[e] += p * vt[e];
                 }
             }
         }
+    }
+}
+
+/* Decode attention straight from the paged cache, no gathered copy.
+ *   q       [B, H, E]           one query token per sequence
+ *   k, v    [K, slots, E]       one layer's cache (slot = block * block_size + offset): float32,
+ *                               or int8 with one float32 scale per (head, slot) in ks, vs [K, slots]
+ *   table   [B, N]              each sequence's blocks
+ *   lengths [B]                 each sequence's context length (slots 0..len-1 of its blocks)
+ *   out     [B, H, E]
+ *   scratch [threads, G * max_len] floats for the scores, one slice for each of `threads` threads
+ * Query heads h * G .. h * G + G - 1 share kv head h (grouped-query attention). Head dims 64 and
+ * 128 take unrolled copies, others the generic loop. */
+static void paged_decode_attention(const float *q, const float *kf, const float *vf, const int8_t *k8,
+                                   const int8_t *v8, const float *ks, const float *vs, const int64_t *table,
+                                   const int64_t *lengths, float *out, float *scratch, int64_t B, int64_t H,
+                                   int64_t K, int64_t E, int64_t N, int64_t block_size, int64_t slots,
+                                   int64_t max_len, float scale, int64_t threads) {
+    const int64_t G = H / K;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t item = 0; item < B * K; item++) {
+        const int64_t b = item / K, h = item % K;
+        float *scores = scratch + (int64_t)omp_get_thread_num() * G * max_len;
+        const float *qb = q + (b * H + h * G) * E;
+        float *ob = out + (b * H + h * G) * E;
+        const int64_t *blocks = table + b * N;
+        if (E == 64)
+            attend_one(qb, kf, vf, k8, v8, ks, vs, blocks, lengths[b], ob, scores, G, 64, block_size, h * slots,
+                       max_len, scale);
+        else if (E == 128)
+            attend_one(qb, kf, vf, k8, v8, ks, vs, blocks, lengths[b], ob, scores, G, 128, block_size, h * slots,
+                       max_len, scale);
+        else
+            attend_one(qb, kf, vf, k8, v8, ks, vs, blocks, lengths[b], ob, scores, G, E, block_size,
+                           h * slots, max_len, scale);
     }
 }
 
@@ -356,7 +434,7 @@ void tenor_llama_decode_f32(float *x, const int64_t *weights, float *kv, const f
 #define W_F32(i) ((const float *)(intptr_t)w[i])
 #define W_Q(i) ((const uint8_t *)(intptr_t)w[i]), w[(i) + 1]
         float *kc = kv + l * layer_kv, *vc = kc + K * num_slots * E;
-        tenor_rms_norm_f32(x, W_F32(0), h, R, D, eps);
+        tenor_rms_norm_f32(x, W_F32(0), h, R, D, eps, threads);
         tenor_block_linear_f32(h, W_Q(2), W_F32(4), W_F32(5), NULL, qkv, R, D, width, threads);
         tenor_rotary_kv_write_f32(qkv, cos, sin, kc, vc, slots, R, H, K, E, num_slots);
         for (int64_t r = 0; r < R; r++)
@@ -365,9 +443,9 @@ void tenor_llama_decode_f32(float *x, const int64_t *weights, float *kv, const f
                                block_size, num_slots, max_len, 1.0f / sqrtf((float)E), threads);
         tenor_block_linear_f32(attn, W_Q(6), W_F32(8), W_F32(9), NULL, delta, R, H * E, D, threads);
         for (int64_t i = 0; i < R * D; i++) x[i] += delta[i];
-        tenor_rms_norm_f32(x, W_F32(1), h, R, D, eps);
+        tenor_rms_norm_f32(x, W_F32(1), h, R, D, eps, threads);
         tenor_block_linear_f32(h, W_Q(10), W_F32(12), W_F32(13), NULL, gate_up, R, D, 2 * F, threads);
-        tenor_silu_mul_f32(gate_up, act, R, F);
+        tenor_silu_mul_f32(gate_up, act, R, F, threads);
         tenor_block_linear_f32(act, W_Q(14), W_F32(16), W_F32(17), NULL, delta, R, F, D, threads);
         for (int64_t i = 0; i < R * D; i++) x[i] += delta[i];
 #undef W_F32

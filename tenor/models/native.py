@@ -75,8 +75,8 @@ def library() -> ctypes.CDLL | None:
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         log.warning("tenor's native CPU kernels are unavailable, using torch's ops: %s", exc)
         return None
-    lib.tenor_rms_norm_f32.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, _F32]
-    lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64]
+    lib.tenor_rms_norm_f32.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, _F32, _I64]
+    lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64, _I64]
     lib.tenor_paged_decode_attention_f32.argtypes = [_PTR] * 7 + [_I64] * 8 + [_F32, _I64]
     lib.tenor_paged_decode_attention_kv8.argtypes = [_PTR] * 9 + [_I64] * 8 + [_F32, _I64]
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
@@ -112,7 +112,7 @@ def _ptr(t: torch.Tensor) -> int:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x [T, D] float32 contiguous -> RMSNorm(x) * weight."""
     out = torch.empty_like(x)
-    _built().tenor_rms_norm_f32(_ptr(x), _ptr(weight), _ptr(out), x.shape[0], x.shape[1], eps)
+    _built().tenor_rms_norm_f32(_ptr(x), _ptr(weight), _ptr(out), x.shape[0], x.shape[1], eps, torch.get_num_threads())
     return out
 
 
@@ -120,7 +120,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """gate_up [T, 2F] float32 contiguous -> silu(gate) * up [T, F]."""
     rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty(rows, inter, dtype=gate_up.dtype)
-    _built().tenor_silu_mul_f32(_ptr(gate_up), _ptr(out), rows, inter)
+    _built().tenor_silu_mul_f32(_ptr(gate_up), _ptr(out), rows, inter, torch.get_num_threads())
     return out
 
 

@@ -14,7 +14,7 @@ needs_native = pytest.mark.skipif(not native.available(), reason="no C compiler,
 
 
 @needs_native
-@pytest.mark.parametrize("rows", [1, 7])
+@pytest.mark.parametrize("rows", [1, 7, 300])  # 300 rows: split over threads
 def test_rms_norm_matches_torch(rows):
     gen = torch.Generator().manual_seed(0)
     x, w = torch.randn(rows, 576, generator=gen) * 3, torch.randn(576, generator=gen)
@@ -22,17 +22,28 @@ def test_rms_norm_matches_torch(rows):
 
 
 @needs_native
-def test_silu_mul_matches_torch():
-    gate_up = torch.randn(5, 2 * 96, generator=torch.Generator().manual_seed(1)) * 4
+@pytest.mark.parametrize("rows", [5, 700])  # 700 rows: split over threads
+def test_silu_mul_matches_torch(rows):
+    gate_up = torch.randn(rows, 2 * 96, generator=torch.Generator().manual_seed(1)) * 4
     gate, up = gate_up.chunk(2, dim=-1)
     assert torch.allclose(native.silu_mul(gate_up), F.silu(gate) * up, atol=1e-5, rtol=1e-5)
 
 
 @needs_native
-@pytest.mark.parametrize("heads, kv_heads", [(9, 3), (4, 4), (8, 1)])
-def test_paged_decode_attention_matches_per_sequence_sdpa(heads, kv_heads):
+def test_silu_mul_is_exact_enough_at_the_ends_of_float32():
+    """The kernel's own exp clamps its input: huge negative gates give 0, huge positive ones the
+    gate itself, never nan or inf."""
+    gate = torch.tensor([-1e30, -200.0, -88.0, -20.0, -1e-6, 0.0, 1e-6, 20.0, 88.0, 200.0, 1e30])
+    gate_up = torch.cat([gate, torch.ones_like(gate)])[None]
+    assert torch.allclose(native.silu_mul(gate_up)[0], F.silu(gate), rtol=1e-6, atol=1e-30)
+
+
+@needs_native
+@pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (4, 4, 64), (8, 1, 64), (4, 2, 128), (3, 1, 80)])
+def test_paged_decode_attention_matches_per_sequence_sdpa(heads, kv_heads, dim):
+    """Head dims 64 and 128 run unrolled copies of the kernel, others (80) the generic loop."""
     gen = torch.Generator().manual_seed(2)
-    block_size, num_blocks, dim = 16, 40, 64
+    block_size, num_blocks = 16, 40
     k = torch.randn(kv_heads, num_blocks * block_size, dim, generator=gen)
     v = torch.randn(kv_heads, num_blocks * block_size, dim, generator=gen)
     table = torch.randperm(num_blocks, generator=gen)[: 4 * 8].view(4, 8)  # scattered blocks
