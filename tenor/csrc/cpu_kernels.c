@@ -12,6 +12,13 @@
 #include <stdlib.h>
 #ifdef __AVX2__
 #include <immintrin.h>
+
+/* The eight lanes' sum, in a fixed order. */
+static inline float lane_sum(__m256 v) {
+    float lanes[8];
+    _mm256_storeu_ps(lanes, v);
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
 #endif
 
 /* e^x in float32 without libm, written so the compiler vectorizes it inside `omp simd` loops
@@ -67,6 +74,82 @@ void tenor_silu_mul_f32(const float *gate_up, float *out, int64_t rows, int64_t 
     }
 }
 
+/* a . b over n floats: vector-wide running sums added up once at the end. A plain `omp simd`
+ * reduction compiled to 16 scalar adds in a row, each waiting on the last, which bound decode
+ * attention's scores. */
+static inline __attribute__((always_inline)) float dot_f32(const float *a, const float *b, int64_t n) {
+    int64_t c = 0;
+    float sum = 0.0f;
+#if defined(__AVX512F__)
+    __m512 acc = _mm512_setzero_ps();
+    for (; c + 16 <= n; c += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c), acc);
+    sum = _mm512_reduce_add_ps(acc);
+#elif defined(__AVX2__) && defined(__FMA__)
+    __m256 acc = _mm256_setzero_ps();
+    for (; c + 8 <= n; c += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + c), _mm256_loadu_ps(b + c), acc);
+    sum = lane_sum(acc);
+#endif
+    for (; c < n; c++) sum += a[c] * b[c];
+    return sum;
+}
+
+/* An int8 cache row as floats, once for all the query heads that read it. */
+static inline __attribute__((always_inline)) void widen_i8(const int8_t *row, float *out, int64_t n) {
+#pragma omp simd
+    for (int64_t e = 0; e < n; e++) out[e] = (float)row[e];
+}
+
+/* A weighted sum of rows, sum += p * row, for rows of up to ROW_SUM_MAX floats, held in vector
+ * registers where the head dim is a compile-time constant (an array of floats stayed in memory,
+ * and each row's update waited on the last one's stores). */
+#define ROW_SUM_MAX 256
+#if defined(__AVX512F__)
+typedef struct { __m512 v[ROW_SUM_MAX / 16]; } row_sum;
+#define ROW_SUM_LANES 16
+#elif defined(__AVX2__) && defined(__FMA__)
+typedef struct { __m256 v[ROW_SUM_MAX / 8]; } row_sum;
+#define ROW_SUM_LANES 8
+#else
+typedef struct { float v[ROW_SUM_MAX]; } row_sum;
+#define ROW_SUM_LANES 1
+#endif
+
+static inline __attribute__((always_inline)) void row_sum_zero(row_sum *acc, int64_t n) {
+    for (int64_t j = 0; j < n / ROW_SUM_LANES; j++) {
+#if ROW_SUM_LANES == 16
+        acc->v[j] = _mm512_setzero_ps();
+#elif ROW_SUM_LANES == 8
+        acc->v[j] = _mm256_setzero_ps();
+#else
+        acc->v[j] = 0.0f;
+#endif
+    }
+}
+
+static inline __attribute__((always_inline)) void row_sum_add(row_sum *acc, float p, const float *row, int64_t n) {
+    for (int64_t j = 0; j < n / ROW_SUM_LANES; j++) {
+#if ROW_SUM_LANES == 16
+        acc->v[j] = _mm512_fmadd_ps(_mm512_set1_ps(p), _mm512_loadu_ps(row + 16 * j), acc->v[j]);
+#elif ROW_SUM_LANES == 8
+        acc->v[j] = _mm256_fmadd_ps(_mm256_set1_ps(p), _mm256_loadu_ps(row + 8 * j), acc->v[j]);
+#else
+        acc->v[j] += p * row[j];
+#endif
+    }
+}
+
+static inline __attribute__((always_inline)) void row_sum_store(const row_sum *acc, float *out, int64_t n) {
+    for (int64_t j = 0; j < n / ROW_SUM_LANES; j++) {
+#if ROW_SUM_LANES == 16
+        _mm512_storeu_ps(out + 16 * j, acc->v[j]);
+#elif ROW_SUM_LANES == 8
+        _mm256_storeu_ps(out + 8 * j, acc->v[j]);
+#else
+        out[j] = acc->v[j];
+#endif
+    }
+}
+
 /* Asks for row `i` of the next block (`bytes` a row) while this block's row `i` is worked on: each
  * block is a page of its own, and the hardware prefetchers stop at page boundaries, so without
  * this every block starts with a stall on memory. */
@@ -85,35 +168,30 @@ static inline __attribute__((always_inline)) void attend_one(
     const float *q, const float *kf, const float *vf, const int8_t *k8, const int8_t *v8, const float *ks,
     const float *vs, const int64_t *blocks, int64_t len, float *out, float *scores, int64_t G, const int64_t E,
     int64_t block_size, int64_t head_base, int64_t max_len, float scale) {
+    float row[E]; /* an int8 row widened to floats */
     for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
         const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
         const int64_t next = start + block_size < len ? head_base + blocks[nb + 1] * block_size : -1;
         for (int64_t i = 0; i < n; i++) {
             const int64_t slot = base + i;
-            if (k8) {
-                prefetch_row(next < 0 ? NULL : k8 + next * E, i, E);
+            if (k8) { /* int8 rows are a quarter the size: reach two blocks ahead */
+                const int64_t far = start + 2 * block_size < len ? head_base + blocks[nb + 2] * block_size : -1;
+                prefetch_row(far < 0 ? NULL : k8 + far * E, i, E);
+                if (i == 0 && far >= 0) __builtin_prefetch(ks + far); /* the block's scales: a line */
             } else {
                 prefetch_row(next < 0 ? NULL : kf + next * E, i, E * 4);
             }
-            for (int64_t g = 0; g < G; g++) {
-                const float *qg = q + g * E;
-                float dot = 0.0f;
-                if (k8) {
-                    const int8_t *kt = k8 + slot * E;
-#pragma omp simd reduction(+ : dot)
-                    for (int64_t e = 0; e < E; e++) dot += qg[e] * (float)kt[e];
-                    dot *= ks[slot];
-                } else {
-                    const float *kt = kf + slot * E;
-#pragma omp simd reduction(+ : dot)
-                    for (int64_t e = 0; e < E; e++) dot += qg[e] * kt[e];
-                }
-                scores[g * max_len + start + i] = dot * scale;
+            const float *kt = kf + slot * E, row_scale = k8 ? ks[slot] * scale : scale;
+            if (k8) {
+                widen_i8(k8 + slot * E, row, E);
+                kt = row;
             }
+            for (int64_t g = 0; g < G; g++) scores[g * max_len + start + i] = dot_f32(q + g * E, kt, E) * row_scale;
         }
     }
     for (int64_t g = 0; g < G; g++) {
         float *s = scores + g * max_len, top = -INFINITY, total = 0.0f;
+#pragma omp simd reduction(max : top)
         for (int64_t t = 0; t < len; t++) top = s[t] > top ? s[t] : top;
 #pragma omp simd reduction(+ : total)
         for (int64_t t = 0; t < len; t++) {
@@ -124,31 +202,46 @@ static inline __attribute__((always_inline)) void attend_one(
 #pragma omp simd
         for (int64_t t = 0; t < len; t++) s[t] *= inv;
     }
-    for (int64_t i = 0; i < G * E; i++) out[i] = 0.0f; /* the accumulator: this item's own rows */
-    for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
-        const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
-        const int64_t next = start + block_size < len ? head_base + blocks[nb + 1] * block_size : -1;
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t slot = base + i;
-            if (v8) {
-                prefetch_row(next < 0 ? NULL : v8 + next * E, i, E);
-            } else {
-                prefetch_row(next < 0 ? NULL : vf + next * E, i, E * 4);
-            }
-            for (int64_t g = 0; g < G; g++) {
-                float *ag = out + g * E;
+    /* One query head at a time, its sum in registers: accumulating all G heads in `out` made each
+     * row wait on the previous row's stores. V rows come from memory once; the other heads find
+     * them in cache. */
+    const int in_registers = E % ROW_SUM_LANES == 0 && E <= ROW_SUM_MAX;
+    for (int64_t g = 0; g < G; g++) {
+        const float *sg = scores + g * max_len;
+        float *og = out + g * E;
+        row_sum acc;
+        if (in_registers)
+            row_sum_zero(&acc, E);
+        else
+            for (int64_t e = 0; e < E; e++) og[e] = 0.0f;
+        for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
+            const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
+            const int64_t next = start + block_size < len ? head_base + blocks[nb + 1] * block_size : -1;
+            for (int64_t i = 0; i < n; i++) {
+                const int64_t slot = base + i;
+                const float *vt = vf + slot * E;
+                float p = sg[start + i];
                 if (v8) {
-                    const int8_t *vt = v8 + slot * E;
-                    const float p = scores[g * max_len + start + i] * vs[slot];
-#pragma omp simd
-                    for (int64_t e = 0; e < E; e++) ag[e] += p * (float)vt[e];
+                    if (g == 0) {
+                        const int64_t far = start + 2 * block_size < len ? head_base + blocks[nb + 2] * block_size : -1;
+                        prefetch_row(far < 0 ? NULL : v8 + far * E, i, E);
+                        if (i == 0 && far >= 0) __builtin_prefetch(vs + far);
+                    }
+                    widen_i8(v8 + slot * E, row, E);
+                    vt = row;
+                    p *= vs[slot];
+                } else if (g == 0) {
+                    prefetch_row(next < 0 ? NULL : vf + next * E, i, E * 4);
+                }
+                if (in_registers) {
+                    row_sum_add(&acc, p, vt, E);
                 } else {
-                    const float *vt = vf + slot * E, p = scores[g * max_len + start + i];
 #pragma omp simd
-                    for (int64_t e = 0; e < E; e++) ag[e] += p * vt[e];
+                    for (int64_t e = 0; e < E; e++) og[e] += p * vt[e];
                 }
             }
         }
+        if (in_registers) row_sum_store(&acc, og, E);
     }
 }
 
@@ -168,7 +261,9 @@ static void paged_decode_attention(const float *q, const float *kf, const float 
                                    int64_t K, int64_t E, int64_t N, int64_t block_size, int64_t slots,
                                    int64_t max_len, float scale, int64_t threads) {
     const int64_t G = H / K;
-#pragma omp parallel for schedule(static) num_threads(threads)
+    /* Items dealt out one at a time: a prompt's rows grow longer row by row, and contiguous
+     * halves gave one thread three times the other's work. */
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
     for (int64_t item = 0; item < B * K; item++) {
         const int64_t b = item / K, h = item % K;
         float *scores = scratch + (int64_t)omp_get_thread_num() * G * max_len;
@@ -227,12 +322,6 @@ static float half_to_float(uint16_t h) {
 static inline __m256 load8(const void *w, int64_t bits, int64_t i) {
     return bits == 16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)))
                       : _mm256_loadu_ps((const float *)w + i);
-}
-
-static inline float lane_sum(__m256 v) {
-    float lanes[8];
-    _mm256_storeu_ps(lanes, v);
-    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 #endif
 

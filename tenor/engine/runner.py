@@ -59,6 +59,9 @@ class ModelRunner:
             batch.decode_blocks, batch.decode_mask = self._decode_context(decodes)
             batch.decode_span = max(c.start + 1 for c in decodes)
             batch.decode_lengths = torch.tensor([c.start + 1 for c in decodes])
+        if prefills and batch.native:
+            batch.row_blocks, batch.row_lengths = self._row_context(decodes + prefills)
+            batch.row_span = int(batch.row_lengths.max())
         offset = len(decodes)
         for chunk in prefills:
             context = None
@@ -80,6 +83,19 @@ class ModelRunner:
     def _context_slots(self, block_table: list[int], length: int) -> torch.Tensor:
         blocks = torch.tensor(block_table[: -(-length // self.block_size)])
         return (blocks[:, None] * self.block_size + self._offsets).reshape(-1)[:length]
+
+    def _row_context(self, chunks: list[Chunk]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's KV blocks [T, N] and context length [T]: a chunk's rows share its sequence's
+        blocks, and its row for position p sees positions 0..p."""
+        num_blocks = -(-max(c.start + c.length for c in chunks) // self.block_size)
+        tables, lengths = [], []
+        for chunk in chunks:
+            blocks = chunk.seq.block_table[:num_blocks]
+            table = torch.zeros(num_blocks, dtype=torch.long)
+            table[: len(blocks)] = torch.tensor(blocks)
+            tables.append(table.expand(chunk.length, num_blocks))
+            lengths.append(torch.arange(chunk.start + 1, chunk.start + chunk.length + 1))
+        return torch.cat(tables), torch.cat(lengths)
 
     def _decode_context(self, decodes: list[Chunk]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """KV blocks [B, N] of each decoding sequence's context, and the mask [K * B, 1, N * block]

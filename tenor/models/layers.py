@@ -160,6 +160,12 @@ class AttentionBatch:
     decode_span: int = 0  # without a mask: every decode context's length
     decode_lengths: torch.Tensor | None = None  # [B] int64 context length of each decode sequence
     native: bool = False  # use tenor's fused float32 kernels (tenor.models.native) where they apply
+    # With native kernels and prefill chunks: every row's context (decode and prompt rows alike,
+    # a prompt row seeing its own sequence up to itself), so that one native call attends the
+    # whole step from the cache. One process only: a group's workers get None.
+    row_blocks: torch.Tensor | None = None  # [T, N] KV blocks of each row's sequence
+    row_lengths: torch.Tensor | None = None  # [T] int64 context length of each row
+    row_span: int = 0  # the longest of row_lengths
 
     def to(self, device: torch.device) -> AttentionBatch:
         """The same batch with its tensors on `device` (itself when they are there already)."""
@@ -177,6 +183,8 @@ class AttentionBatch:
             decode_mask=move(self.decode_mask),
             decode_lengths=move(self.decode_lengths),
             prefills=spans,
+            row_blocks=move(self.row_blocks),
+            row_lengths=move(self.row_lengths),
         )
 
 
@@ -288,23 +296,21 @@ class PagedKVCache:
         return self._gathered[:needed].view(shape)
 
 
+def native_cached_attention(
+    q: torch.Tensor, cache: PagedKVCache, layer: int, blocks: torch.Tensor, lengths: torch.Tensor, span: int
+) -> torch.Tensor:
+    """q: [T, H, E] float32, each row over the first lengths[t] slots of its blocks [T, N], read
+    in place by tenor's kernel: no gathered copy of any context."""
+    scales = (cache.scales[layer, 0], cache.scales[layer, 1]) if cache.scales is not None else (None, None)
+    k, v, size = cache.kv[layer, 0], cache.kv[layer, 1], cache.block_size
+    return native.paged_decode_attention(q, k, v, blocks, lengths, size, span, cache.native_scratch, *scales)
+
+
 def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: AttentionBatch) -> torch.Tensor:
     """q: [B, H, E] for the decode tokens -> [B, H, E], each over its own sequence's blocks."""
     assert batch.decode_blocks is not None  # set whenever the batch has decodes
     if batch.native and q.dtype == torch.float32 and batch.decode_lengths is not None:
-        # Reads the blocks in place: no gathered copy of every context.
-        scales = (cache.scales[layer, 0], cache.scales[layer, 1]) if cache.scales is not None else (None, None)
-        return native.paged_decode_attention(
-            q,
-            cache.kv[layer, 0],
-            cache.kv[layer, 1],
-            batch.decode_blocks,
-            batch.decode_lengths,
-            cache.block_size,
-            batch.decode_span,
-            cache.native_scratch,
-            *scales,
-        )
+        return native_cached_attention(q, cache, layer, batch.decode_blocks, batch.decode_lengths, batch.decode_span)
     nd, num_heads, dim = q.shape
     num_kv = cache.num_kv_heads
     group = num_heads // num_kv
@@ -345,6 +351,10 @@ def paged_attention(
     """
     if not written:
         cache.write(layer, batch.slot_mapping, k, v)
+    if batch.row_blocks is not None and batch.row_lengths is not None and q.dtype == torch.float32:
+        # Prompt rows too, from the cache just written: ~3x torch's flash kernel on 100-400 token
+        # prompts (2 cores), and one call for the whole step.
+        return native_cached_attention(q, cache, layer, batch.row_blocks, batch.row_lengths, batch.row_span)
     nd = batch.num_decode
     if nd and not batch.prefills:
         return decode_attention(q, cache, layer, batch)

@@ -1,6 +1,7 @@
 """tenor's fused float32 CPU kernels against torch's ops, and the build cache that keeps a
 binary from ever running on a CPU it was not built for."""
 
+import dataclasses
 import shutil
 
 import pytest
@@ -303,3 +304,54 @@ def test_fused_llama_decode_matches_the_layer_by_layer_path(monkeypatch, quantiz
     asyncio.run(main())
     assert len(differences) >= 20
     assert max(differences) < 1e-4, differences
+
+
+@needs_native
+@pytest.mark.parametrize("quantize_kv_cache", [False, True])
+def test_prompt_rows_attend_from_the_cache_as_torch_does(monkeypatch, quantize_kv_cache):
+    """Steps that mix decodes with prompt chunks (some continuing a prompt already partly cached)
+    run attention for every row through the native kernel; each layer's output matches torch's
+    path (decodes batched, prompts through SDPA) on the same cache, float32 or int8."""
+    import asyncio
+
+    from tenor import registry
+    from tenor.engine.api import GenerateRequest, SamplingParams
+    from tenor.engine.llm_engine import LLMEngine
+    from tenor.engine.options import EngineOptions
+    from tenor.models import layers, llama
+
+    differences: list[float] = []
+    native_path = layers.paged_attention
+
+    def both(q, k, v, cache, layer, batch, written=False):
+        out = native_path(q, k, v, cache, layer, batch, written)
+        if batch.row_blocks is not None:
+            reference = native_path(q, k, v, cache, layer, dataclasses.replace(batch, row_blocks=None), True)
+            differences.append((out - reference).abs().max().item())
+        return out
+
+    monkeypatch.setattr(llama, "paged_attention", both)
+    options = EngineOptions(warmup=False, max_num_batched_tokens=24, quantize_kv_cache=quantize_kv_cache)
+
+    async def main() -> None:
+        engine = LLMEngine(registry.get("test.TinyLlamaRandom"), None, options)
+        await engine.start()
+        try:
+
+            async def one(i: int) -> None:
+                await asyncio.sleep(0.05 * i)  # later prompts arrive while earlier ones decode
+                request = GenerateRequest(
+                    f"r{i}", tuple(range(5 + i, 45 + 7 * i)), SamplingParams(max_tokens=8, ignore_eos=True)
+                )
+                async for _ in engine.generate(request):
+                    pass
+
+            await asyncio.gather(*(one(i) for i in range(4)))
+        finally:
+            await engine.stop()
+
+    asyncio.run(main())
+    assert len(differences) >= 10
+    # int8: a fresh prompt's torch path attends to its own k/v before they are quantized, the
+    # kernel (like every later decode step) to the cached int8 values.
+    assert max(differences) < (2e-2 if quantize_kv_cache else 1e-4), differences
