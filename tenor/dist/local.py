@@ -91,7 +91,10 @@ def local_group(servable, size: int, device: str = "cpu"):
     from tenor.dist.leader import GroupLeader
 
     spec, workers, threads = start_local_group(size, device=device)
-    os.environ["OMP_NUM_THREADS"] = str(threads)  # the engine thread keeps this rank's share too
+    # The engine thread keeps this rank's share of the cores too, while the group lives; after,
+    # the process gets back what it had (a test run or an embedding caller goes on with it).
+    saved_env, saved_threads = os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
+    os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
     leader = None
     try:
@@ -101,3 +104,8 @@ def local_group(servable, size: int, device: str = "cpu"):
         if leader is not None:
             leader.stop()
         workers.stop()
+        if saved_env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved_env
+        torch.set_num_threads(saved_threads)

@@ -42,11 +42,19 @@ def test_two_ranks_equal_one_process(case):
     assert exits == [0]  # the worker left cleanly when the leader stopped it
 
 
-def test_one_at_a_time_and_four_ranks():
+def test_one_at_a_time_and_four_ranks(monkeypatch):
+    import os
+
+    import torch
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    threads = torch.get_num_threads()
     model = CASES["llama_gqa_llama3_rope"]
     expected, _ = greedy_tokens(model, PROMPTS[:2], 16)
     alone, exits = greedy_tokens(model, PROMPTS[:2], 16, group_size=3, batched=False)
     assert alone == expected and exits == [0, 0]
+    # The group gave this process a rank's share of the cores; it took it back on the way out.
+    assert "OMP_NUM_THREADS" not in os.environ and torch.get_num_threads() == threads
 
 
 @pytest.mark.slow
