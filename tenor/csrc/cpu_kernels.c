@@ -159,33 +159,55 @@ static inline void prefetch_row(const void *next_block, int64_t i, int64_t bytes
     for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off);
 }
 
+/* A cache row as floats: float32 rows are used in place; bf16 and int8 rows are widened into
+ * `row` (int8 without its scale, which the caller applies). `bits` is a constant in every copy
+ * of attend_one, so the branches fold away. */
+static inline __attribute__((always_inline)) const float *cache_row(const void *cache, int64_t slot, int64_t E,
+                                                                     int bits, float *row) {
+    if (bits == 32) return (const float *)cache + slot * E;
+    if (bits == 16) {
+        const uint16_t *r = (const uint16_t *)cache + slot * E;
+#pragma omp simd
+        for (int64_t e = 0; e < E; e++) {
+            union { uint32_t u; float f; } w;
+            w.u = (uint32_t)r[e] << 16; /* bf16 is float32's top half */
+            row[e] = w.f;
+        }
+        return row;
+    }
+    widen_i8((const int8_t *)cache + slot * E, row, E);
+    return row;
+}
+
+/* Row `i` of the block `ahead` slots away fetched while this block's row `i` is worked on;
+ * narrow rows (bf16, int8) reach two blocks ahead, int8 ones with their block's line of scales. */
+static inline __attribute__((always_inline)) void prefetch_ahead(const void *cache, const float *scales, int bits,
+                                                                 const int64_t *blocks, int64_t nb, int64_t start,
+                                                                 int64_t len, int64_t i, int64_t head_base,
+                                                                 int64_t block_size, int64_t E) {
+    const int64_t hop = bits == 32 ? 1 : 2;
+    if (start + hop * block_size >= len) return;
+    const int64_t at = head_base + blocks[nb + hop] * block_size;
+    prefetch_row((const char *)cache + at * E * (bits / 8), i, E * (bits / 8));
+    if (bits == 8 && i == 0) __builtin_prefetch(scales + at);
+}
+
 /* One (sequence, kv head) of decode attention: the G query heads sharing kv head `h` attend to
  * the sequence's first `len` cached tokens, read block by block in place. Two passes over the
- * context: scores (each K row read once for all G heads), then softmax and the weighted sum of V
- * (each V row read once). `E` is a compile-time constant in the specialised copies below, so
- * the head-dim loops unroll into whole vectors. */
+ * context: scores (each K row read once for all G heads), then softmax and the weighted sum of V.
+ * `E` and `bits` (the cache's float32, bf16 or int8 rows) are compile-time constants in the
+ * specialised copies below, so the head-dim loops unroll into whole vectors. */
 static inline __attribute__((always_inline)) void attend_one(
-    const float *q, const float *kf, const float *vf, const int8_t *k8, const int8_t *v8, const float *ks,
-    const float *vs, const int64_t *blocks, int64_t len, float *out, float *scores, int64_t G, const int64_t E,
-    int64_t block_size, int64_t head_base, int64_t max_len, float scale) {
-    float row[E]; /* an int8 row widened to floats */
+    const float *q, const void *k, const void *v, const float *ks, const float *vs, const int bits,
+    const int64_t *blocks, int64_t len, float *out, float *scores, int64_t G, const int64_t E, int64_t block_size,
+    int64_t head_base, int64_t max_len, float scale) {
+    float row[E]; /* a narrow row widened to floats */
     for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
         const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
-        const int64_t next = start + block_size < len ? head_base + blocks[nb + 1] * block_size : -1;
         for (int64_t i = 0; i < n; i++) {
             const int64_t slot = base + i;
-            if (k8) { /* int8 rows are a quarter the size: reach two blocks ahead */
-                const int64_t far = start + 2 * block_size < len ? head_base + blocks[nb + 2] * block_size : -1;
-                prefetch_row(far < 0 ? NULL : k8 + far * E, i, E);
-                if (i == 0 && far >= 0) __builtin_prefetch(ks + far); /* the block's scales: a line */
-            } else {
-                prefetch_row(next < 0 ? NULL : kf + next * E, i, E * 4);
-            }
-            const float *kt = kf + slot * E, row_scale = k8 ? ks[slot] * scale : scale;
-            if (k8) {
-                widen_i8(k8 + slot * E, row, E);
-                kt = row;
-            }
+            prefetch_ahead(k, ks, bits, blocks, nb, start, len, i, head_base, block_size, E);
+            const float *kt = cache_row(k, slot, E, bits, row), row_scale = bits == 8 ? ks[slot] * scale : scale;
             for (int64_t g = 0; g < G; g++) scores[g * max_len + start + i] = dot_f32(q + g * E, kt, E) * row_scale;
         }
     }
@@ -216,23 +238,10 @@ static inline __attribute__((always_inline)) void attend_one(
             for (int64_t e = 0; e < E; e++) og[e] = 0.0f;
         for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
             const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
-            const int64_t next = start + block_size < len ? head_base + blocks[nb + 1] * block_size : -1;
             for (int64_t i = 0; i < n; i++) {
                 const int64_t slot = base + i;
-                const float *vt = vf + slot * E;
-                float p = sg[start + i];
-                if (v8) {
-                    if (g == 0) {
-                        const int64_t far = start + 2 * block_size < len ? head_base + blocks[nb + 2] * block_size : -1;
-                        prefetch_row(far < 0 ? NULL : v8 + far * E, i, E);
-                        if (i == 0 && far >= 0) __builtin_prefetch(vs + far);
-                    }
-                    widen_i8(v8 + slot * E, row, E);
-                    vt = row;
-                    p *= vs[slot];
-                } else if (g == 0) {
-                    prefetch_row(next < 0 ? NULL : vf + next * E, i, E * 4);
-                }
+                if (g == 0) prefetch_ahead(v, vs, bits, blocks, nb, start, len, i, head_base, block_size, E);
+                const float *vt = cache_row(v, slot, E, bits, row), p = bits == 8 ? sg[start + i] * vs[slot] : sg[start + i];
                 if (in_registers) {
                     row_sum_add(&acc, p, vt, E);
                 } else {
@@ -245,21 +254,34 @@ static inline __attribute__((always_inline)) void attend_one(
     }
 }
 
+/* attend_one's copy for this head dim and row width: unrolled for head dims 64 and 128. */
+#define ATTEND_FOR_DIM(BITS)                                                                                     \
+    do {                                                                                                         \
+        if (E == 64)                                                                                             \
+            attend_one(qb, k, v, ks, vs, BITS, blocks, lengths[b], ob, scores, G, 64, block_size, h * slots,     \
+                       max_len, scale);                                                                          \
+        else if (E == 128)                                                                                       \
+            attend_one(qb, k, v, ks, vs, BITS, blocks, lengths[b], ob, scores, G, 128, block_size, h * slots,    \
+                       max_len, scale);                                                                          \
+        else                                                                                                     \
+            attend_one(qb, k, v, ks, vs, BITS, blocks, lengths[b], ob, scores, G, E, block_size, h * slots,      \
+                       max_len, scale);                                                                          \
+    } while (0)
+
 /* Decode attention straight from the paged cache, no gathered copy.
  *   q       [B, H, E]           one query token per sequence
- *   k, v    [K, slots, E]       one layer's cache (slot = block * block_size + offset): float32,
- *                               or int8 with one float32 scale per (head, slot) in ks, vs [K, slots]
+ *   k, v    [K, slots, E]       one layer's cache (slot = block * block_size + offset): float32
+ *                               (bits 32), bf16 (16), or int8 (8) with one float32 scale per
+ *                               (head, slot) in ks, vs [K, slots]
  *   table   [B, N]              each sequence's blocks
  *   lengths [B]                 each sequence's context length (slots 0..len-1 of its blocks)
  *   out     [B, H, E]
  *   scratch [threads, G * max_len] floats for the scores, one slice for each of `threads` threads
- * Query heads h * G .. h * G + G - 1 share kv head h (grouped-query attention). Head dims 64 and
- * 128 take unrolled copies, others the generic loop. */
-static void paged_decode_attention(const float *q, const float *kf, const float *vf, const int8_t *k8,
-                                   const int8_t *v8, const float *ks, const float *vs, const int64_t *table,
-                                   const int64_t *lengths, float *out, float *scratch, int64_t B, int64_t H,
-                                   int64_t K, int64_t E, int64_t N, int64_t block_size, int64_t slots,
-                                   int64_t max_len, float scale, int64_t threads) {
+ * Query heads h * G .. h * G + G - 1 share kv head h (grouped-query attention). */
+static void paged_decode_attention(const float *q, const void *k, const void *v, const float *ks, const float *vs,
+                                   int64_t bits, const int64_t *table, const int64_t *lengths, float *out,
+                                   float *scratch, int64_t B, int64_t H, int64_t K, int64_t E, int64_t N,
+                                   int64_t block_size, int64_t slots, int64_t max_len, float scale, int64_t threads) {
     const int64_t G = H / K;
     /* Items dealt out one at a time: a prompt's rows grow longer row by row, and contiguous
      * halves gave one thread three times the other's work. */
@@ -270,24 +292,22 @@ static void paged_decode_attention(const float *q, const float *kf, const float 
         const float *qb = q + (b * H + h * G) * E;
         float *ob = out + (b * H + h * G) * E;
         const int64_t *blocks = table + b * N;
-        if (E == 64)
-            attend_one(qb, kf, vf, k8, v8, ks, vs, blocks, lengths[b], ob, scores, G, 64, block_size, h * slots,
-                       max_len, scale);
-        else if (E == 128)
-            attend_one(qb, kf, vf, k8, v8, ks, vs, blocks, lengths[b], ob, scores, G, 128, block_size, h * slots,
-                       max_len, scale);
+        if (bits == 32)
+            ATTEND_FOR_DIM(32);
+        else if (bits == 16)
+            ATTEND_FOR_DIM(16);
         else
-            attend_one(qb, kf, vf, k8, v8, ks, vs, blocks, lengths[b], ob, scores, G, E, block_size,
-                           h * slots, max_len, scale);
+            ATTEND_FOR_DIM(8);
     }
 }
 
-void tenor_paged_decode_attention_f32(const float *q, const float *k, const float *v, const int64_t *table,
-                                      const int64_t *lengths, float *out, float *scratch, int64_t B, int64_t H,
-                                      int64_t K, int64_t E, int64_t N, int64_t block_size, int64_t slots,
-                                      int64_t max_len, float scale, int64_t threads) {
-    paged_decode_attention(q, k, v, NULL, NULL, NULL, NULL, table, lengths, out, scratch, B, H, K, E, N, block_size,
-                           slots, max_len, scale, threads);
+/* bits 32 or 16: k, v float32 or bf16 [K, slots, E]. */
+void tenor_paged_decode_attention_f32(const float *q, const void *k, const void *v, int64_t bits,
+                                      const int64_t *table, const int64_t *lengths, float *out, float *scratch,
+                                      int64_t B, int64_t H, int64_t K, int64_t E, int64_t N, int64_t block_size,
+                                      int64_t slots, int64_t max_len, float scale, int64_t threads) {
+    paged_decode_attention(q, k, v, NULL, NULL, bits, table, lengths, out, scratch, B, H, K, E, N, block_size, slots,
+                           max_len, scale, threads);
 }
 
 /* The same over an int8 cache: k, v int8 [K, slots, E], ks, vs float32 [K, slots]. */
@@ -296,8 +316,8 @@ void tenor_paged_decode_attention_kv8(const float *q, const int8_t *k, const int
                                       float *scratch, int64_t B, int64_t H, int64_t K, int64_t E, int64_t N,
                                       int64_t block_size, int64_t slots, int64_t max_len, float scale,
                                       int64_t threads) {
-    paged_decode_attention(q, NULL, NULL, k, v, ks, vs, table, lengths, out, scratch, B, H, K, E, N, block_size,
-                           slots, max_len, scale, threads);
+    paged_decode_attention(q, k, v, ks, vs, 8, table, lengths, out, scratch, B, H, K, E, N, block_size, slots,
+                           max_len, scale, threads);
 }
 
 #if !(defined(__AVX2__) && defined(__F16C__))
@@ -462,13 +482,24 @@ void tenor_block_linear_f32(const float *x, const uint8_t *w, int64_t bits, cons
     free(xsum);
 }
 
+/* n floats to bf16, rounded to nearest even (what torch's .to(torch.bfloat16) does); NaN stays NaN. */
+static void store_bf16(const float *x, uint16_t *out, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        union { float f; uint32_t u; } w;
+        w.f = x[i];
+        const uint32_t rounded = (w.u + 0x7fffu + ((w.u >> 16) & 1u)) >> 16;
+        out[i] = (w.u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((w.u >> 16) | 0x40u) : (uint16_t)rounded;
+    }
+}
+
 /* Llama's rotary ("rotate half", over whole heads) applied in place to the q and k heads of
  * qkv [T, (H + 2K) * E], then k and v written to the cache at slots [T].
  *   cos, sin [T, E]  the step's tables, the rotation's sign folded into sin
- *   kc, vc  [K, slots, E]  one layer's cache */
-void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, float *kc, float *vc,
+ *   kc, vc  [K, slots, E]  one layer's cache: float32 (kv_bits 32) or bf16 (16) */
+void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, void *kc, void *vc,
                                const int64_t *slots, int64_t T, int64_t H, int64_t K, int64_t E,
-                               int64_t num_slots) {
+                               int64_t num_slots, int64_t kv_bits) {
     const int64_t half = E / 2, width = (H + 2 * K) * E;
     for (int64_t t = 0; t < T; t++) {
         float *row = qkv + t * width;
@@ -487,7 +518,13 @@ void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, f
         const int64_t slot = slots[t];
         for (int64_t h = 0; h < K; h++) {
             const float *k = row + (H + h) * E, *v = row + (H + K + h) * E;
-            float *kd = kc + (h * num_slots + slot) * E, *vd = vc + (h * num_slots + slot) * E;
+            const int64_t at = (h * num_slots + slot) * E;
+            if (kv_bits == 16) {
+                store_bf16(k, (uint16_t *)kc + at, E);
+                store_bf16(v, (uint16_t *)vc + at, E);
+                continue;
+            }
+            float *kd = (float *)kc + at, *vd = (float *)vc + at;
 #pragma omp simd
             for (int64_t i = 0; i < E; i++) {
                 kd[i] = k[i];
@@ -505,15 +542,15 @@ void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, f
  *   x       [R, D] in place: the embeddings in, the last layer's output out
  *   weights [L, 18] per layer: attn_norm, mlp_norm, then (weight, bits, scales, offsets) of qkv,
  *           o, gate_up, down (tenor_block_linear_f32's layouts); pointers as integers
- *   kv      [L, 2, K, slots, E] the float32 cache; cos, sin [R, E]; slots [R]; table [R, N];
+ *   kv      [L, 2, K, slots, E] the cache, float32 (kv_bits 32) or bf16 (16); cos, sin [R, E]; slots [R]; table [R, N];
  *           lengths [R] (each sequence's context including this step's token)
  *   scores  [threads, (H / K) * max_len] floats for attention */
-void tenor_llama_decode_f32(float *x, const int64_t *weights, float *kv, const float *cos, const float *sin,
-                            const int64_t *slots, const int64_t *table, const int64_t *lengths, float *scores,
-                            int64_t R, int64_t L, int64_t D, int64_t H, int64_t K, int64_t E, int64_t F,
-                            int64_t N, int64_t block_size, int64_t num_slots, int64_t max_len, float eps,
+void tenor_llama_decode_f32(float *x, const int64_t *weights, void *kv, int64_t kv_bits, const float *cos,
+                            const float *sin, const int64_t *slots, const int64_t *table, const int64_t *lengths,
+                            float *scores, int64_t R, int64_t L, int64_t D, int64_t H, int64_t K, int64_t E,
+                            int64_t F, int64_t N, int64_t block_size, int64_t num_slots, int64_t max_len, float eps,
                             int64_t threads) {
-    const int64_t width = (H + 2 * K) * E, layer_kv = 2 * K * num_slots * E;
+    const int64_t width = (H + 2 * K) * E, layer_kv = 2 * K * num_slots * E * (kv_bits / 8); /* bytes */
     float *h = malloc(sizeof(float) * R * D), *qkv = malloc(sizeof(float) * R * width);
     float *q = malloc(sizeof(float) * R * H * E), *attn = malloc(sizeof(float) * R * H * E);
     float *gate_up = malloc(sizeof(float) * R * 2 * F), *act = malloc(sizeof(float) * R * F);
@@ -522,13 +559,13 @@ void tenor_llama_decode_f32(float *x, const int64_t *weights, float *kv, const f
         const int64_t *w = weights + l * 18;
 #define W_F32(i) ((const float *)(intptr_t)w[i])
 #define W_Q(i) ((const uint8_t *)(intptr_t)w[i]), w[(i) + 1]
-        float *kc = kv + l * layer_kv, *vc = kc + K * num_slots * E;
+        char *kc = (char *)kv + l * layer_kv, *vc = kc + layer_kv / 2;
         tenor_rms_norm_f32(x, W_F32(0), h, R, D, eps, threads);
         tenor_block_linear_f32(h, W_Q(2), W_F32(4), W_F32(5), NULL, qkv, R, D, width, threads);
-        tenor_rotary_kv_write_f32(qkv, cos, sin, kc, vc, slots, R, H, K, E, num_slots);
+        tenor_rotary_kv_write_f32(qkv, cos, sin, kc, vc, slots, R, H, K, E, num_slots, kv_bits);
         for (int64_t r = 0; r < R; r++)
             for (int64_t i = 0; i < H * E; i++) q[r * H * E + i] = qkv[r * width + i];
-        paged_decode_attention(q, kc, vc, NULL, NULL, NULL, NULL, table, lengths, attn, scores, R, H, K, E, N,
+        paged_decode_attention(q, kc, vc, NULL, NULL, kv_bits, table, lengths, attn, scores, R, H, K, E, N,
                                block_size, num_slots, max_len, 1.0f / sqrtf((float)E), threads);
         tenor_block_linear_f32(attn, W_Q(6), W_F32(8), W_F32(9), NULL, delta, R, H * E, D, threads);
         for (int64_t i = 0; i < R * D; i++) x[i] += delta[i];

@@ -115,8 +115,13 @@ class LLMEngine:
         self._vocab_size = cfg.vocab_size
         self._eos = tuple(sorted(set(cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids)))
         kv_heads = loaded.cache_kv_heads or cfg.num_kv_heads  # a group rank caches only its heads
+        kv_dtype = str(loaded.dtype)
+        # A group's workers size their caches by the model dtype (the leader keeps to it too), and
+        # an int8 cache keeps its scales in the model dtype.
+        if precision.kv_dtype and loaded.group is None and not self._options.quantize_kv_cache:
+            kv_dtype = precision.kv_dtype
         per_slot = (
-            kv_bytes_per_token(cfg, str(loaded.dtype), self._options.quantize_kv_cache) // cfg.num_kv_heads * kv_heads
+            kv_bytes_per_token(cfg, kv_dtype, self._options.quantize_kv_cache) // cfg.num_kv_heads * kv_heads
         )  # linear in the KV heads
         budget = self._options.kv_cache_bytes or default_kv_cache_bytes(
             self.servable.max_batch_size, self.servable.max_target_length, per_slot
@@ -138,6 +143,7 @@ class LLMEngine:
             loaded.dtype,
             quantized=self._options.quantize_kv_cache,
             device=precision.device,
+            kv_dtype=getattr(torch, kv_dtype.removeprefix("torch.")),
         )
         self._group = loaded.group
         if self._group is not None:

@@ -208,12 +208,15 @@ class PagedKVCache:
         dtype: torch.dtype,
         quantized: bool = False,
         device: str = "cpu",
+        kv_dtype: torch.dtype | None = None,
     ) -> None:
+        """`dtype`: the model's (what reads return, and int8 scales' type); `kv_dtype`: what
+        unquantized K/V are stored in when narrower (bf16 under a float32 model), else `dtype`."""
         self.num_blocks, self.block_size, self.quantized, self.dtype = num_blocks, block_size, quantized, dtype
         self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
         self.device = torch.device(device)
         slots = num_blocks * block_size
-        store = torch.int8 if quantized else dtype
+        store = torch.int8 if quantized else (kv_dtype or dtype)
         self.kv = torch.zeros(num_layers, 2, num_kv_heads, slots, head_dim, dtype=store, device=device)
         self.scales = (
             torch.ones(num_layers, 2, num_kv_heads, slots, 1, dtype=dtype, device=device) if quantized else None
@@ -231,7 +234,7 @@ class PagedKVCache:
             scale = kv.abs().amax(dim=-1, keepdim=True).clamp(min=1e-6) / 127.0
             self.scales[layer].index_copy_(2, slots, scale.to(self.dtype))
             kv = torch.round(kv / scale).clamp(-127, 127).to(torch.int8)
-        self.kv[layer].index_copy_(2, slots, kv)
+        self.kv[layer].index_copy_(2, slots, kv.to(self.kv.dtype))
 
     def read(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """k, v at `slots` [L] -> [K, L, E] each."""
@@ -239,7 +242,7 @@ class PagedKVCache:
         if self.quantized:
             assert self.scales is not None
             kv = kv.to(self.dtype) * self.scales[layer].index_select(2, slots)
-        return kv[0], kv[1]
+        return kv[0].to(self.dtype), kv[1].to(self.dtype)
 
     def read_blocks(self, layer: int, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """k, v of whole blocks [B, N] -> [K * B, N * block_size, E] each, head-major.
@@ -253,6 +256,8 @@ class PagedKVCache:
             scale_shape = shape[:-1] + (1,)
             kv = self.kv[layer].view(shape).index_select(2, flat)
             kv = kv.to(self.dtype) * self.scales[layer].view(scale_shape).index_select(2, flat)
+        elif self.kv.dtype != self.dtype:  # narrower storage: widened, a fresh tensor
+            kv = self.kv[layer].view(shape).index_select(2, flat).to(self.dtype)
         else:
             kv = self._scratch((2, self.num_kv_heads, flat.numel(), self.block_size, self.head_dim))
             torch.index_select(self.kv[layer].view(shape), 2, flat, out=kv)

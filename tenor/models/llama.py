@@ -136,6 +136,7 @@ class LlamaModel(DecoderLM):
             and batch.decode_blocks is not None
             and not cache.quantized
             and cache.dtype == torch.float32
+            and cache.kv.dtype in native.CACHE_DTYPES
         )
 
     def _fused_decode_weights(self) -> torch.Tensor | None:

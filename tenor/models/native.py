@@ -77,11 +77,11 @@ def library() -> ctypes.CDLL | None:
         return None
     lib.tenor_rms_norm_f32.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, _F32, _I64]
     lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64, _I64]
-    lib.tenor_paged_decode_attention_f32.argtypes = [_PTR] * 7 + [_I64] * 8 + [_F32, _I64]
+    lib.tenor_paged_decode_attention_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 4 + [_I64] * 8 + [_F32, _I64]
     lib.tenor_paged_decode_attention_kv8.argtypes = [_PTR] * 9 + [_I64] * 8 + [_F32, _I64]
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
-    lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 5
-    lib.tenor_llama_decode_f32.argtypes = [_PTR] * 9 + [_I64] * 11 + [_F32, _I64]
+    lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 6
+    lib.tenor_llama_decode_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 6 + [_I64] * 11 + [_F32, _I64]
     for fn in (
         lib.tenor_rms_norm_f32,
         lib.tenor_silu_mul_f32,
@@ -107,6 +107,16 @@ def _built() -> ctypes.CDLL:
 
 def _ptr(t: torch.Tensor) -> int:
     return t.data_ptr()
+
+
+CACHE_DTYPES = (torch.float32, torch.bfloat16)  # what the kernels read and write K/V in (int8 aside)
+
+
+def kv_bits(cache: torch.Tensor) -> int:
+    """The kernels' name for a float cache's element type: 32 (float32) or 16 (bf16)."""
+    if cache.dtype not in CACHE_DTYPES:
+        raise ValueError(f"tenor's kernels keep K/V in float32 or bf16, not {cache.dtype}")
+    return 32 if cache.dtype == torch.float32 else 16
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -135,7 +145,8 @@ def rotary_kv_write(
     num_kv_heads: int,
 ) -> None:
     """In place: rotates the q and k heads of qkv [T, (H + 2K) * E] (Llama's rotate-half over whole
-    heads; cos, sin [T, E] contiguous with the sign in sin) and writes k, v to the cache [K, S, E]."""
+    heads; cos, sin [T, E] contiguous with the sign in sin) and writes k, v to the cache [K, S, E],
+    float32 or bf16 (rounded to nearest even)."""
     dim = k_cache.shape[2]
     _built().tenor_rotary_kv_write_f32(
         _ptr(qkv),
@@ -149,6 +160,7 @@ def rotary_kv_write(
         num_kv_heads,
         dim,
         k_cache.shape[1],
+        kv_bits(k_cache),
     )
 
 
@@ -188,7 +200,7 @@ def paged_decode_attention(
     shape = (batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len, dim**-0.5, threads)
     if k_scales is None or v_scales is None:
         _built().tenor_paged_decode_attention_f32(
-            _ptr(q), _ptr(k), _ptr(v), _ptr(table), _ptr(lengths), _ptr(out), _ptr(buffer), *shape
+            _ptr(q), _ptr(k), _ptr(v), kv_bits(k), _ptr(table), _ptr(lengths), _ptr(out), _ptr(buffer), *shape
         )
     else:
         _built().tenor_paged_decode_attention_kv8(
@@ -311,7 +323,7 @@ def llama_decode(
 ) -> None:
     """Every Llama layer of a decode step in one call, x [R, D] float32 in place (R <= INT8_MAX_ROWS).
     layer_weights [L, 18] int64: each layer's weight pointers and bits (see tenor_llama_decode_f32); kv the
-    whole float32 cache [L, 2, K, slots, E]."""
+    whole cache [L, 2, K, slots, E], float32 or bf16."""
     rows, dim = x.shape
     num_layers, _, kv_heads, num_slots, head_dim = kv.shape
     threads = torch.get_num_threads()
@@ -320,6 +332,7 @@ def llama_decode(
         _ptr(x),
         _ptr(layer_weights),
         _ptr(kv),
+        kv_bits(kv),
         _ptr(cos),
         _ptr(sin),
         _ptr(slots),

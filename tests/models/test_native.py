@@ -41,16 +41,18 @@ def test_silu_mul_is_exact_enough_at_the_ends_of_float32():
 
 @needs_native
 @pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (4, 4, 64), (8, 1, 64), (4, 2, 128), (3, 1, 80)])
-def test_paged_decode_attention_matches_per_sequence_sdpa(heads, kv_heads, dim):
-    """Head dims 64 and 128 run unrolled copies of the kernel, others (80) the generic loop."""
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
+def test_paged_decode_attention_matches_per_sequence_sdpa(heads, kv_heads, dim, kv_dtype):
+    """Head dims 64 and 128 run unrolled copies of the kernel, others (80) the generic loop; a
+    bf16 cache is read as the float32 values it holds."""
     gen = torch.Generator().manual_seed(2)
     block_size, num_blocks = 16, 40
-    k = torch.randn(kv_heads, num_blocks * block_size, dim, generator=gen)
-    v = torch.randn(kv_heads, num_blocks * block_size, dim, generator=gen)
+    stored = [torch.randn(kv_heads, num_blocks * block_size, dim, generator=gen).to(kv_dtype) for _ in "kv"]
+    k, v = (t.float() for t in stored)
     table = torch.randperm(num_blocks, generator=gen)[: 4 * 8].view(4, 8)  # scattered blocks
     lengths = torch.tensor([1, 16, 17, 128])  # one token, a full block, one past it, all blocks
     q = torch.randn(4, heads, dim, generator=gen)
-    out = native.paged_decode_attention(q, k, v, table, lengths, block_size, 128, native.DecodeScratch())
+    out = native.paged_decode_attention(q, *stored, table, lengths, block_size, 128, native.DecodeScratch())
     for b, length in enumerate(lengths.tolist()):
         slots = (table[b][:, None] * block_size + torch.arange(block_size)).reshape(-1)[:length]
         kb = k[:, slots].repeat_interleave(heads // kv_heads, 0)
@@ -160,7 +162,30 @@ def test_q8_0_blocks_land_on_the_u8_grid_exactly():
 
 
 @needs_native
-def test_rotary_kv_write_matches_rotary_then_cache_write():
+def test_values_go_to_a_bf16_cache_rounded_as_torch_rounds_them():
+    """V is written unrotated: every value, ties, the largest floats, inf and nan included, lands
+    as torch's own float32 -> bf16 conversion."""
+    from tenor.models.layers import PagedKVCache
+
+    heads, kv_heads, dim = 2, 1, 16
+    special = torch.tensor([1.0 + 2**-8, 1.0 + 3 * 2**-8, -(1.0 + 2**-8), 3.3895e38, -3.4e38, float("inf"), 0.0, -0.0])
+    v = torch.cat([special, torch.randn(dim * 4 - len(special), generator=torch.Generator().manual_seed(9))])
+    qkv = torch.cat([torch.zeros(4, (heads + kv_heads) * dim), v.view(4, dim)], dim=1)
+    qkv[0, -1] = float("nan")
+    cos, sin = torch.ones(4, dim), torch.zeros(4, dim)
+    cache = PagedKVCache(1, 1, 16, kv_heads, dim, torch.float32, kv_dtype=torch.bfloat16)
+    native.rotary_kv_write(qkv, cos, sin, cache.kv[0, 0], cache.kv[0, 1], torch.tensor([3, 0, 9, 15]), heads, kv_heads)
+    written = cache.kv[0, 1, 0, [3, 0, 9, 15]]
+    expected = qkv[:, -dim:].to(torch.bfloat16)
+    assert torch.isnan(written[0, -1]) and torch.isnan(expected[0, -1])
+    written[0, -1] = expected[0, -1] = 0
+    assert torch.equal(written.view(torch.int16), expected.view(torch.int16))
+
+
+@needs_native
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
+def test_rotary_kv_write_matches_rotary_then_cache_write(kv_dtype):
+    """A bf16 cache gets each value rounded as torch rounds it (to nearest even), bit for bit."""
     from tenor.models.layers import PagedKVCache, Rotary
 
     gen = torch.Generator().manual_seed(5)
@@ -170,16 +195,20 @@ def test_rotary_kv_write_matches_rotary_then_cache_write():
     cos, sin = rotary.tables(positions)
     qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen)
     slots = torch.tensor([5, 0, 33, 17, 2])
-    expected_cache = PagedKVCache(1, 4, 16, kv_heads, dim, torch.float32)
+    expected_cache = PagedKVCache(1, 4, 16, kv_heads, dim, torch.float32, kv_dtype=kv_dtype)
     qk = rotary.apply(qkv[:, : (heads + kv_heads) * dim].view(tokens, -1, dim), cos, sin)
     v = qkv[:, (heads + kv_heads) * dim :].view(tokens, kv_heads, dim)
     expected_cache.write(0, slots, qk[:, heads:], v)
-    cache = PagedKVCache(1, 4, 16, kv_heads, dim, torch.float32)
+    cache = PagedKVCache(1, 4, 16, kv_heads, dim, torch.float32, kv_dtype=kv_dtype)
     fused = qkv.clone()
     native.rotary_kv_write(fused, cos, sin, cache.kv[0, 0], cache.kv[0, 1], slots, heads, kv_heads)
     assert torch.allclose(fused[:, : (heads + kv_heads) * dim].view(tokens, -1, dim), qk, atol=1e-6)
     assert torch.equal(fused[:, (heads + kv_heads) * dim :], qkv[:, (heads + kv_heads) * dim :])  # v untouched
-    assert torch.allclose(cache.kv, expected_cache.kv, atol=1e-6)
+    if kv_dtype == torch.float32:
+        assert torch.allclose(cache.kv, expected_cache.kv, atol=1e-6)
+    else:  # the same rotated values (to float32's last bits) round to the same bf16
+        assert (cache.kv.float() - expected_cache.kv.float()).abs().max() <= 2**-7 * expected_cache.kv.abs().max()
+        assert (cache.kv == expected_cache.kv).float().mean() > 0.99
 
 
 @needs_native
