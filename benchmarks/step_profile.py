@@ -1,0 +1,122 @@
+"""Where a serving engine step's time goes, in process (no HTTP): a closed loop of C streams over
+the benchmark's prompt set through the default model, then the mean time per step of each part
+(linears, the LM head, attention, norms, rotary + KV write, SiLU) for pure decode steps of at
+least C - 2 rows and for steps that carry prompt chunks.
+
+    python benchmarks/step_profile.py [--concurrency 32] [--prompts 64] [--max-tokens 128]
+
+The parts are timed by wrapping the model's Python-level calls, so each figure includes the
+dispatch around its kernel; their sum falls short of the step by the glue between them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import statistics
+import time
+
+import tenor.models.layers as layers
+import tenor.models.llama as llama
+from tenor import registry
+from tenor.bench.prompts import make_prompts
+from tenor.engine.api import GenerateRequest, SamplingParams
+from tenor.engine.factory import EngineOptions
+from tenor.engine.llm_engine import LLMEngine
+
+PARTS: collections.defaultdict[str, float] = collections.defaultdict(float)
+
+
+def _timed(module: object, name: str, label: str) -> None:
+    inner = getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            PARTS[label] += time.perf_counter() - start
+
+    setattr(module, name, wrapper)
+
+
+def _instrument() -> None:
+    _timed(llama, "rms_norm", "rms_norm")
+    _timed(llama, "silu_mul", "silu_mul")
+    _timed(llama, "paged_attention", "attention")
+    _timed(llama.native, "rotary_kv_write", "rotary_kv_write")
+    forward = layers.ParallelLinear.forward
+
+    def linear(self, x):
+        start = time.perf_counter()
+        try:
+            return forward(self, x)
+        finally:
+            PARTS["lm_head" if self.out_features > 10000 else "linear"] += time.perf_counter() - start
+
+    layers.ParallelLinear.forward = linear  # type: ignore[method-assign]
+
+
+async def _run(args: argparse.Namespace) -> None:
+    engine = LLMEngine(registry.get("llama.SmolLM2_135M_Instruct"), None, EngineOptions())
+    await engine.start()
+    print(engine.stats().runtime)
+    prompts = [tuple(engine.tokenizer.encode(p)) for p in make_prompts(args.prompts)]
+    steps: dict[str, list[float]] = collections.defaultdict(list)
+    parts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    run = engine._runner.run
+
+    def timed_run(plan):
+        PARTS.clear()
+        start = time.perf_counter()
+        out = run(plan)
+        elapsed = time.perf_counter() - start
+        decodes = sum(1 for c in plan.chunks if c.is_decode)
+        kind = "decode" if decodes == plan.num_tokens else "with prompts"
+        steps[kind].append(elapsed)
+        if kind != "decode" or decodes >= args.concurrency - 2:
+            parts[kind].update({k: v for k, v in PARTS.items()} | {"step": elapsed, "steps": 1})
+        return out
+
+    engine._runner.run = timed_run  # type: ignore[method-assign]
+    queue = list(enumerate(prompts))
+    first_token: list[float] = []
+
+    async def stream() -> None:
+        while queue:
+            i, ids = queue.pop(0)
+            start, first = time.perf_counter(), None
+            request = GenerateRequest(f"p{i}", ids, SamplingParams(max_tokens=args.max_tokens, ignore_eos=True))
+            async for _ in engine.generate(request):
+                first = first or time.perf_counter() - start
+            first_token.append(first or 0.0)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(stream() for _ in range(args.concurrency)))
+    wall = time.perf_counter() - start
+    await engine.stop()
+    print(f"{len(prompts)} prompts, {sum(map(len, prompts))} prompt tokens, {args.concurrency} streams")
+    print(
+        f"wall {wall:.1f} s, {len(prompts) * args.max_tokens / wall:.1f} output tok/s, "
+        f"TTFT p50 {statistics.median(first_token):.2f} s"
+    )
+    for kind, times in steps.items():
+        print(f"{kind}: {len(times)} steps, {sum(times):.1f} s, median {1000 * statistics.median(times):.1f} ms")
+    for kind, counts in parts.items():
+        n = counts.pop("steps")
+        print(f"{kind}, ms a step ({n} steps): " + ", ".join(f"{k} {1000 * v / n:.1f}" for k, v in counts.items()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    args = parser.parse_args()
+    _instrument()
+    asyncio.run(_run(args))
+
+
+if __name__ == "__main__":
+    main()
