@@ -207,7 +207,10 @@ def choose_precision(
             raise ValueError(f"quantize {quantize} needs FBGEMM (an x86 build of torch); use --quantize none")
         if quantize == "int8" and not native_kernels:
             raise ValueError("quantize int8 needs tenor's native kernels (a C compiler at setup); use fp16")
-        return Precision(dtype, quantize, f"{why}; {quantize} weights set by the config or --quantize")
+        kv_dtype = "bfloat16" if quantize == "int8" else None  # as auto's int8, below
+        return Precision(
+            dtype, quantize, f"{why}; {quantize} weights set by the config or --quantize", kv_dtype=kv_dtype
+        )
     if quantize == "auto" and dtype == "float32" and fp16_kernel:
         if native_kernels:
             # With int8 weights, attention's K/V reads are the next biggest stream of bytes at many
@@ -215,7 +218,7 @@ def choose_precision(
             return Precision(
                 dtype,
                 "int8",
-                f"{why}; int8 weights read a quarter of float32's bytes per decode step; K/V cached in bf16",
+                f"{why}; int8 weights read a quarter of float32's bytes per decode step",
                 kv_dtype="bfloat16",
             )
         return Precision(dtype, "fp16", f"{why}; fp16 weights halve the bytes each step reads")

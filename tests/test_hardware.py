@@ -50,6 +50,17 @@ def test_int8_needs_the_native_kernels():
     assert choose_precision("auto", "auto", AMX_XEON, True, native_kernels=True).weights == "dense"
 
 
+def test_int8_weights_cache_kv_in_bf16_and_float_weights_in_their_own_dtype():
+    """bf16 K/V go with int8 weights (half the bytes attention reads; measured as accurate);
+    float weights stay exact with K/V in the activation dtype."""
+    for cpu in (AVX2_EPYC, ZEN4_EPYC):
+        assert choose_precision("auto", "auto", cpu, True, native_kernels=True).kv_dtype == "bfloat16"
+        assert choose_precision("float32", "int8", cpu, True, native_kernels=True).kv_dtype == "bfloat16"
+        for quantize in ("none", "fp16"):
+            assert choose_precision("float32", quantize, cpu, True, native_kernels=True).kv_dtype is None
+    assert choose_precision("auto", "auto", AMX_XEON, True, native_kernels=True).kv_dtype is None
+
+
 def test_avx512_bf16_without_amx_decodes_in_float32_with_bf16_batches():
     # One stream ran 2-3x faster on tenor's float32 decode kernels than as a bf16 model there.
     chosen = choose_precision("auto", "auto", ZEN4_EPYC, True, native_kernels=True)

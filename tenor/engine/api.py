@@ -157,6 +157,7 @@ class RuntimeInfo:
     weights: str  # how linear weights are stored: "dense", "fp16", ...
     reason: str
     device: str = "cpu"  # "cpu", or the GPU's name when the model runs on CUDA
+    kv_cache: str = ""  # what K/V are stored in: "float32", "bfloat16", "int8" ("" for the model's dtype)
 
     def describe(self) -> str:
         from tenor.hardware import WEIGHT_LABELS
@@ -164,7 +165,8 @@ class RuntimeInfo:
         weights = WEIGHT_LABELS.get(self.weights, self.weights)
         host = f"{self.cpu} ({self.isa}), {self.threads} threads"
         where = host if self.device == "cpu" else f"{self.device} (host {host})"
-        return f"{where}: {self.dtype} activations, {weights}; {self.reason}"
+        kv = f", K/V cached in {self.kv_cache}" if self.kv_cache else ""
+        return f"{where}: {self.dtype} activations, {weights}{kv}; {self.reason}"
 
 
 @dataclass(frozen=True)

@@ -102,15 +102,6 @@ class LLMEngine:
     def _setup(self, loaded: LoadedModel, threads: int) -> None:
         cfg = loaded.config
         cpu, precision = cpu_info(), loaded.precision
-        self._runtime = RuntimeInfo(
-            cpu.model_name,
-            cpu.isa,
-            threads,
-            precision.dtype,
-            precision.weights,
-            precision.reason,
-            device_name(precision.device),
-        )
         self.tokenizer = loaded.tokenizer
         self._vocab_size = cfg.vocab_size
         self._eos = tuple(sorted(set(cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids)))
@@ -120,6 +111,16 @@ class LLMEngine:
         # an int8 cache keeps its scales in the model dtype.
         if precision.kv_dtype and loaded.group is None and not self._options.quantize_kv_cache:
             kv_dtype = precision.kv_dtype
+        self._runtime = RuntimeInfo(
+            cpu.model_name,
+            cpu.isa,
+            threads,
+            precision.dtype,
+            precision.weights,
+            precision.reason,
+            device_name(precision.device),
+            "int8" if self._options.quantize_kv_cache else kv_dtype.removeprefix("torch."),
+        )
         per_slot = (
             kv_bytes_per_token(cfg, kv_dtype, self._options.quantize_kv_cache) // cfg.num_kv_heads * kv_heads
         )  # linear in the KV heads

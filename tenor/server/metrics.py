@@ -54,6 +54,7 @@ class EngineStatsCollector(Collector):
                     "dtype": runtime.dtype,
                     "weights": runtime.weights,
                     "device": runtime.device,
+                    "kv_cache": runtime.kv_cache,
                 },
             )
 

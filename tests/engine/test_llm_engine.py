@@ -223,3 +223,30 @@ def test_int8_kv_cache_runs_and_mostly_agrees():
     quant = run(main(quantize_kv_cache=True))
     assert len(quant) == 16
     assert quant[:4] == full[:4]
+
+
+@pytest.mark.parametrize(
+    "quantize, kv_options, stored",
+    [("none", {}, "float32"), ("int8", {}, "bfloat16"), ("int8", {"quantize_kv_cache": True}, "int8")],
+)
+def test_the_kv_cache_is_stored_as_the_runtime_line_says(quantize, kv_options, stored):
+    """float32 weights keep float32 K/V (exact); int8 weights cache K/V in bf16 (half the bytes);
+    --quantize-kv-cache wins over both. What /metrics and the startup line report is what is
+    stored."""
+    from tenor.models import native
+
+    if quantize == "int8" and not native.available():
+        pytest.skip("int8 weights need tenor's native kernels")
+
+    async def main():
+        engine = make_engine(dataclasses.replace(TINY, dtype="float32", quantize=quantize), **kv_options)
+        await engine.start()
+        tokens = (await collect(engine, "hello world", max_tokens=6, ignore_eos=True))[0][0]
+        runtime, kv = engine.stats().runtime, engine._runner.cache.kv
+        await engine.stop()
+        return tokens, runtime, kv.dtype
+
+    tokens, runtime, dtype = run(main())
+    assert len(tokens) == 6
+    assert runtime.kv_cache == stored and str(dtype) == f"torch.{stored}"
+    assert f"K/V cached in {stored}" in runtime.describe()
