@@ -87,7 +87,9 @@ static inline __attribute__((always_inline)) float dot_f32(const float *a, const
 #elif defined(__AVX2__) && defined(__FMA__)
     __m256 acc = _mm256_setzero_ps();
     for (; c + 8 <= n; c += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + c), _mm256_loadu_ps(b + c), acc);
-    sum = lane_sum(acc);
+    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    const __m128 pairs = _mm_add_ps(half, _mm_movehl_ps(half, half)); /* shuffles, not lane_sum's stores */
+    sum = _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)));
 #endif
     for (; c < n; c++) sum += a[c] * b[c];
     return sum;

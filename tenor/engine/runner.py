@@ -8,6 +8,7 @@ import torch
 
 from tenor.engine.scheduler import Chunk, StepPlan
 from tenor.engine.sequence import Sequence
+from tenor.models import native
 from tenor.models.decoder import DecoderLM
 from tenor.models.layers import AttentionBatch, PagedKVCache, PrefillSpan
 
@@ -59,7 +60,7 @@ class ModelRunner:
             batch.decode_blocks, batch.decode_mask = self._decode_context(decodes)
             batch.decode_span = max(c.start + 1 for c in decodes)
             batch.decode_lengths = torch.tensor([c.start + 1 for c in decodes])
-        if prefills and batch.native:
+        if prefills and batch.native and native.prompt_rows_pay():
             batch.row_blocks, batch.row_lengths = self._row_context(decodes + prefills)
             batch.row_span = int(batch.row_lengths.max())
         offset = len(decodes)

@@ -25,7 +25,8 @@ import torch
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "cpu_kernels.c"
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c99")
+# -fno-trapping-math: lets gcc vectorize the clamps in fast_expf below AVX-512 (tenor reads no FP flags).
+FLAGS = ("-O3", "-march=native", "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC", "-std=c99")
 _I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 
 
@@ -110,6 +111,15 @@ def _ptr(t: torch.Tensor) -> int:
 
 
 CACHE_DTYPES = (torch.float32, torch.bfloat16)  # what the kernels read and write K/V in (int8 aside)
+
+
+def prompt_rows_pay() -> bool:
+    """Whether prompt rows should attend through tenor's kernel rather than torch's flash kernel:
+    with AVX-512 it ran 1.4-1.6x faster on 186-400 token prompts (Zen 5); built for AVX2 it was
+    0.8-1.0x (benchmarks/RESULTS.md), so elsewhere torch keeps that work."""
+    from tenor.hardware import cpu_info
+
+    return "avx512f" in cpu_info().flags
 
 
 def kv_bits(cache: torch.Tensor) -> int:

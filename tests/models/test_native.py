@@ -360,6 +360,7 @@ def test_prompt_rows_attend_from_the_cache_as_torch_does(monkeypatch, quantize_k
         return out
 
     monkeypatch.setattr(llama, "paged_attention", both)
+    monkeypatch.setattr(native, "prompt_rows_pay", lambda: True)  # where it does not pay it must still be right
     options = EngineOptions(warmup=False, max_num_batched_tokens=24, quantize_kv_cache=quantize_kv_cache)
 
     async def main() -> None:
