@@ -291,11 +291,7 @@ def test_float_weights_without_f16c_match_the_same_product(tmp_path):
 def test_fused_llama_decode_matches_the_layer_by_layer_path(monkeypatch, quantize):
     """Every decode step of three streams on int8 (float16, float32) weights runs both ways on the
     same cache; the logits agree (the fused call writes the same k/v the layer path then rewrites)."""
-    import asyncio
-
     from tenor import registry
-    from tenor.engine.api import GenerateRequest, SamplingParams
-    from tenor.engine.llm_engine import LLMEngine
     from tenor.engine.options import EngineOptions
     from tenor.models.decoder import DecoderLM
     from tenor.models.llama import LlamaModel
@@ -313,24 +309,8 @@ def test_fused_llama_decode_matches_the_layer_by_layer_path(monkeypatch, quantiz
 
     monkeypatch.setattr(LlamaModel, "forward", both)
     servable = registry.get("test.TinyLlamaRandom").with_overrides(quantize=quantize)
-
-    async def main() -> None:
-        engine = LLMEngine(servable, None, EngineOptions(warmup=False))
-        await engine.start()
-        try:
-
-            async def one(i: int) -> None:
-                request = GenerateRequest(
-                    f"r{i}", tuple(range(5 + i, 40 + 3 * i)), SamplingParams(max_tokens=24, ignore_eos=True)
-                )
-                async for _ in engine.generate(request):
-                    pass
-
-            await asyncio.gather(*(one(i) for i in range(3)))
-        finally:
-            await engine.stop()
-
-    asyncio.run(main())
+    prompts = [tuple(range(5 + i, 40 + 3 * i)) for i in range(3)]
+    _run_streams(servable, EngineOptions(warmup=False), prompts, max_tokens=24)
     assert len(differences) >= 20
     assert max(differences) < 1e-4, differences
 
@@ -341,11 +321,7 @@ def test_prompt_rows_attend_from_the_cache_as_torch_does(monkeypatch, quantize_k
     """Steps that mix decodes with prompt chunks (some continuing a prompt already partly cached)
     run attention for every row through the native kernel; each layer's output matches torch's
     path (decodes batched, prompts through SDPA) on the same cache, float32 or int8."""
-    import asyncio
-
     from tenor import registry
-    from tenor.engine.api import GenerateRequest, SamplingParams
-    from tenor.engine.llm_engine import LLMEngine
     from tenor.engine.options import EngineOptions
     from tenor.models import layers, llama
 
@@ -362,26 +338,36 @@ def test_prompt_rows_attend_from_the_cache_as_torch_does(monkeypatch, quantize_k
     monkeypatch.setattr(llama, "paged_attention", both)
     monkeypatch.setattr(native, "prompt_rows_pay", lambda: True)  # where it does not pay it must still be right
     options = EngineOptions(warmup=False, max_num_batched_tokens=24, quantize_kv_cache=quantize_kv_cache)
-
-    async def main() -> None:
-        engine = LLMEngine(registry.get("test.TinyLlamaRandom"), None, options)
-        await engine.start()
-        try:
-
-            async def one(i: int) -> None:
-                await asyncio.sleep(0.05 * i)  # later prompts arrive while earlier ones decode
-                request = GenerateRequest(
-                    f"r{i}", tuple(range(5 + i, 45 + 7 * i)), SamplingParams(max_tokens=8, ignore_eos=True)
-                )
-                async for _ in engine.generate(request):
-                    pass
-
-            await asyncio.gather(*(one(i) for i in range(4)))
-        finally:
-            await engine.stop()
-
-    asyncio.run(main())
+    prompts = [tuple(range(5 + i, 45 + 7 * i)) for i in range(4)]
+    # later prompts arrive while earlier ones decode
+    _run_streams(registry.get("test.TinyLlamaRandom"), options, prompts, max_tokens=8, stagger_s=0.05)
     assert len(differences) >= 10
     # int8: a fresh prompt's torch path attends to its own k/v before they are quantized, the
     # kernel (like every later decode step) to the cached int8 values.
     assert max(differences) < (2e-2 if quantize_kv_cache else 1e-4), differences
+
+
+def _run_streams(servable, options, prompts: list[tuple[int, ...]], max_tokens: int, stagger_s: float = 0.0) -> None:
+    """Every prompt as its own greedy stream through a real engine, the i-th starting i * stagger_s
+    seconds in."""
+    import asyncio
+
+    from tenor.engine.api import GenerateRequest, SamplingParams
+    from tenor.engine.llm_engine import LLMEngine
+
+    async def main() -> None:
+        engine = LLMEngine(servable, None, options)
+        await engine.start()
+        try:
+
+            async def one(i: int, prompt: tuple[int, ...]) -> None:
+                await asyncio.sleep(stagger_s * i)
+                request = GenerateRequest(f"r{i}", prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+                async for _ in engine.generate(request):
+                    pass
+
+            await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+        finally:
+            await engine.stop()
+
+    asyncio.run(main())
