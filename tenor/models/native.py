@@ -1,4 +1,4 @@
-"""tenor's fused float32 CPU kernels (tenor/csrc/cpu_kernels.c), built for this host and
+"""tenor's fused float32 CPU kernels (tenor/csrc/*.c), built for this host into one library and
 called through ctypes, with torch's ops as the fallback everywhere they are not available.
 
 The library is compiled with the system C compiler for the host's own instruction sets
@@ -24,7 +24,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "cpu_kernels.c"
+CSRC = Path(__file__).resolve().parent.parent / "csrc"
+SOURCES = tuple(sorted(CSRC.glob("*.c")))  # compiled together; the headers beside them go into the cache key
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c99")
 _I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 
@@ -38,7 +39,9 @@ def _library_path(compiler: str) -> Path:
     from tenor.hardware import cpu_info
 
     key = hashlib.sha256()
-    key.update(SOURCE.read_bytes())
+    for path in sorted(CSRC.glob("*.[ch]")):
+        key.update(path.name.encode())
+        key.update(path.read_bytes())
     key.update(" ".join((compiler, *FLAGS)).encode())
     key.update(" ".join(sorted(cpu_info().flags)).encode())
     return cache_dir() / f"cpu_kernels-{key.hexdigest()[:16]}.so"
@@ -57,10 +60,13 @@ def build() -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         partial = Path(tmp) / target.name
         done = subprocess.run(
-            [compiler, *FLAGS, "-o", str(partial), str(SOURCE), "-lm"], capture_output=True, text=True, timeout=120
+            [compiler, *FLAGS, "-o", str(partial), *map(str, SOURCES), "-lm"],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         if done.returncode != 0:
-            raise RuntimeError(f"building {SOURCE.name} failed: {done.stderr.strip()[-500:]}")
+            raise RuntimeError(f"building {CSRC.name}/*.c failed: {done.stderr.strip()[-500:]}")
         os.replace(partial, target)  # atomic: a concurrent build never sees half a file
     return target
 

@@ -270,7 +270,7 @@ def test_float_weights_without_f16c_match_the_same_product(tmp_path):
 
     library = tmp_path / "portable.so"
     flags = [f for f in native.FLAGS if f != "-march=native"]
-    subprocess.run(["gcc", *flags, "-o", str(library), str(native.SOURCE), "-lm"], check=True)
+    subprocess.run(["gcc", *flags, "-o", str(library), *map(str, native.SOURCES), "-lm"], check=True)
     lib = ctypes.CDLL(str(library))
     lib.tenor_block_linear_f32.argtypes = (
         [ctypes.c_void_p] * 2 + [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4

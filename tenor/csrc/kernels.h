@@ -1,0 +1,42 @@
+/* What tenor's C kernels share: the includes, one vectorizable exp, and the functions one file
+ * calls in another. Built into one library by tenor/models/native.py. */
+#ifndef TENOR_KERNELS_H
+#define TENOR_KERNELS_H
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
+/* e^x in float32 without libm, written so the compiler vectorizes it inside `omp simd` loops
+ * (glibc's expf stays scalar unless built with -ffast-math): Cody-Waite reduction by ln 2 and
+ * Cephes' degree-6 polynomial, about 1 ulp on [-87.3, 88.3]. Below, e^-87.3 (no subnormals);
+ * above 88.4 (where e^x nears float's top), +inf, so silu(-huge) is -0 as it should be. */
+#pragma omp declare simd
+static inline float fast_expf(float x) {
+    x = x < -87.3f ? -87.3f : (x > 89.0f ? 89.0f : x);
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } scale;
+    scale.i = ((int32_t)n + 127) << 23;
+    return p * scale.f;
+}
+
+/* attention.c: decode and prompt rows attending from the paged cache, float32 (bits 32), bf16
+ * (16) or int8 with scales (8) K/V; see the definition for the shapes. */
+void tenor_paged_attention(const float *q, const void *k, const void *v, const float *ks, const float *vs,
+                           int64_t bits, const int64_t *table, const int64_t *lengths, float *out, float *scratch,
+                           int64_t B, int64_t H, int64_t K, int64_t E, int64_t N, int64_t block_size, int64_t slots,
+                           int64_t max_len, float scale, int64_t threads);
+
+#endif
