@@ -29,6 +29,9 @@ class ModelRunner:
         self.device = cache.device
         self.block_size = cache.block_size
         self._offsets = torch.arange(self.block_size)
+        # Whether prompt rows attend through tenor's kernel (float32 activations, where it pays):
+        # then every row of a step with prompt chunks gets its own block table.
+        self._prompt_rows_native = model.native_kernels and cache.dtype == torch.float32 and native.prompt_rows_pay()
 
     @torch.inference_mode()
     def run(self, plan: StepPlan) -> StepOutput:
@@ -60,7 +63,7 @@ class ModelRunner:
             batch.decode_blocks, batch.decode_mask = self._decode_context(decodes)
             batch.decode_span = max(c.start + 1 for c in decodes)
             batch.decode_lengths = torch.tensor([c.start + 1 for c in decodes])
-        if prefills and batch.native and native.prompt_rows_pay():
+        if prefills and self._prompt_rows_native:
             batch.row_blocks, batch.row_lengths = self._row_context(decodes + prefills)
             batch.row_span = int(batch.row_lengths.max())
         offset = len(decodes)
@@ -88,27 +91,27 @@ class ModelRunner:
     def _row_context(self, chunks: list[Chunk]) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's KV blocks [T, N] and context length [T]: a chunk's rows share its sequence's
         blocks, and its row for position p sees positions 0..p."""
-        num_blocks = -(-max(c.start + c.length for c in chunks) // self.block_size)
-        tables, lengths = [], []
-        for chunk in chunks:
+        table = self._block_tables(chunks, max(c.start + c.length for c in chunks))
+        lengths = [torch.arange(c.start + 1, c.start + c.length + 1) for c in chunks]
+        return table.repeat_interleave(torch.tensor([c.length for c in chunks]), dim=0), torch.cat(lengths)
+
+    def _block_tables(self, chunks: list[Chunk], longest: int) -> torch.Tensor:
+        """[len(chunks), N] each chunk's sequence's first N blocks, N enough for `longest` tokens,
+        zero-padded."""
+        num_blocks = -(-longest // self.block_size)
+        table = torch.zeros(len(chunks), num_blocks, dtype=torch.long)
+        for i, chunk in enumerate(chunks):
             blocks = chunk.seq.block_table[:num_blocks]
-            table = torch.zeros(num_blocks, dtype=torch.long)
-            table[: len(blocks)] = torch.tensor(blocks)
-            tables.append(table.expand(chunk.length, num_blocks))
-            lengths.append(torch.arange(chunk.start + 1, chunk.start + chunk.length + 1))
-        return torch.cat(tables), torch.cat(lengths)
+            table[i, : len(blocks)] = torch.tensor(blocks)
+        return table
 
     def _decode_context(self, decodes: list[Chunk]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """KV blocks [B, N] of each decoding sequence's context, and the mask [K * B, 1, N * block]
         of slots that hold context (None when every context has the same length)."""
         lengths = [c.start + 1 for c in decodes]
-        num_blocks = -(-max(lengths) // self.block_size)
-        table = torch.zeros(len(decodes), num_blocks, dtype=torch.long)
-        for i, chunk in enumerate(decodes):
-            blocks = chunk.seq.block_table[:num_blocks]
-            table[i, : len(blocks)] = torch.tensor(blocks)
+        table = self._block_tables(decodes, max(lengths))
         if min(lengths) == max(lengths):  # e.g. a single stream: no mask, the tail is cut
             return table, None
-        span = num_blocks * self.block_size
+        span = table.shape[1] * self.block_size
         mask = torch.arange(span)[None, :] < torch.tensor(lengths)[:, None]  # [B, S]
         return table, mask.repeat(self.cache.num_kv_heads, 1)[:, None, :]
