@@ -89,7 +89,6 @@ static inline __attribute__((always_inline)) void row_sum_store(const row_sum *a
  * block is a page of its own, and the hardware prefetchers stop at page boundaries, so without
  * this every block starts with a stall on memory. */
 static inline void prefetch_row(const void *next_block, int64_t i, int64_t bytes) {
-    if (!next_block) return;
     const char *row = (const char *)next_block + i * bytes;
     for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off);
 }
@@ -238,23 +237,4 @@ void tenor_paged_attention(const float *q, const void *k, const void *v, const f
         else
             ATTEND_FOR_DIM(8);
     }
-}
-
-/* bits 32 or 16: k, v float32 or bf16 [K, slots, E]. */
-void tenor_paged_decode_attention_f32(const float *q, const void *k, const void *v, int64_t bits,
-                                      const int64_t *table, const int64_t *lengths, float *out, float *scratch,
-                                      int64_t B, int64_t H, int64_t K, int64_t E, int64_t N, int64_t block_size,
-                                      int64_t slots, int64_t max_len, float scale, int64_t threads) {
-    tenor_paged_attention(q, k, v, NULL, NULL, bits, table, lengths, out, scratch, B, H, K, E, N, block_size, slots,
-                           max_len, scale, threads);
-}
-
-/* The same over an int8 cache: k, v int8 [K, slots, E], ks, vs float32 [K, slots]. */
-void tenor_paged_decode_attention_kv8(const float *q, const int8_t *k, const int8_t *v, const float *ks,
-                                      const float *vs, const int64_t *table, const int64_t *lengths, float *out,
-                                      float *scratch, int64_t B, int64_t H, int64_t K, int64_t E, int64_t N,
-                                      int64_t block_size, int64_t slots, int64_t max_len, float scale,
-                                      int64_t threads) {
-    tenor_paged_attention(q, k, v, ks, vs, 8, table, lengths, out, scratch, B, H, K, E, N, block_size, slots,
-                           max_len, scale, threads);
 }

@@ -42,7 +42,8 @@ void tenor_rms_norm_f32(const float *x, const float *w, float *out, int64_t rows
 /* gate_up [rows, 2 * inter] (gate then up) -> out [rows, inter] = silu(gate) * up. Without
  * trapping math gcc vectorizes fast_expf's clamps below AVX-512 too (tenor reads no FP flags); for
  * the whole file that flag slowed attention by a fifth on a Zen 5, hence this function only. */
-__attribute__((optimize("no-trapping-math"))) void tenor_silu_mul_f32(const float *gate_up, float *out, int64_t rows, int64_t inter, int64_t threads) {
+__attribute__((optimize("no-trapping-math"))) void tenor_silu_mul_f32(const float *gate_up, float *out, int64_t rows,
+                                                                      int64_t inter, int64_t threads) {
 #pragma omp parallel for schedule(static) num_threads(threads) if (rows * inter >= PARALLEL_MIN_FLOATS)
     for (int64_t r = 0; r < rows; r++) {
         const float *g = gate_up + r * 2 * inter, *u = g + inter;

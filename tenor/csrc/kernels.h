@@ -33,7 +33,8 @@ static inline float fast_expf(float x) {
 }
 
 /* attention.c: decode and prompt rows attending from the paged cache, float32 (bits 32), bf16
- * (16) or int8 with scales (8) K/V; see the definition for the shapes. */
+ * (16) or int8 with scales ks, vs (8; NULL otherwise) K/V; see the definition for the shapes.
+ * Called by the fused Llama decode step and, through ctypes, by tenor/models/native.py. */
 void tenor_paged_attention(const float *q, const void *k, const void *v, const float *ks, const float *vs,
                            int64_t bits, const int64_t *table, const int64_t *lengths, float *out, float *scratch,
                            int64_t B, int64_t H, int64_t K, int64_t E, int64_t N, int64_t block_size, int64_t slots,

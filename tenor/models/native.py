@@ -83,16 +83,14 @@ def library() -> ctypes.CDLL | None:
         return None
     lib.tenor_rms_norm_f32.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, _F32, _I64]
     lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64, _I64]
-    lib.tenor_paged_decode_attention_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 4 + [_I64] * 8 + [_F32, _I64]
-    lib.tenor_paged_decode_attention_kv8.argtypes = [_PTR] * 9 + [_I64] * 8 + [_F32, _I64]
+    lib.tenor_paged_attention.argtypes = [_PTR] * 5 + [_I64] + [_PTR] * 4 + [_I64] * 8 + [_F32, _I64]
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 6
     lib.tenor_llama_decode_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 6 + [_I64] * 11 + [_F32, _I64]
     for fn in (
         lib.tenor_rms_norm_f32,
         lib.tenor_silu_mul_f32,
-        lib.tenor_paged_decode_attention_f32,
-        lib.tenor_paged_decode_attention_kv8,
+        lib.tenor_paged_attention,
         lib.tenor_block_linear_f32,
         lib.tenor_rotary_kv_write_f32,
         lib.tenor_llama_decode_f32,
@@ -203,9 +201,9 @@ def paged_decode_attention(
     k_scales: torch.Tensor | None = None,
     v_scales: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """q [B, H, E]; k, v [K, slots, E] (one layer, contiguous; float32, or int8 with float32
-    scales [K, slots, 1]); table [B, N] int64; lengths [B] int64 -> [B, H, E], each sequence
-    attending to its first lengths[b] cached tokens."""
+    """q [B, H, E]; k, v [K, slots, E] (one layer, contiguous; float32, bf16, or int8 with float32
+    scales [K, slots, 1]); table [B, N] int64; lengths [B] int64 -> [B, H, E], each row (a decode
+    token, or a prompt token with its causal length) attending to its first lengths[b] cached tokens."""
     batch, heads, dim = q.shape
     kv_heads, slots = k.shape[0], k.shape[1]
     q = q.contiguous()
@@ -213,23 +211,14 @@ def paged_decode_attention(
     threads = torch.get_num_threads()
     buffer = scratch.get(threads * (heads // kv_heads) * max_len)
     shape = (batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len, dim**-0.5, threads)
-    if k_scales is None or v_scales is None:
-        _built().tenor_paged_decode_attention_f32(
-            _ptr(q), _ptr(k), _ptr(v), kv_bits(k), _ptr(table), _ptr(lengths), _ptr(out), _ptr(buffer), *shape
-        )
+    if k_scales is not None and v_scales is not None:  # an int8 cache
+        scales: tuple[int | None, int | None] = (_ptr(k_scales), _ptr(v_scales))
+        bits = 8
     else:
-        _built().tenor_paged_decode_attention_kv8(
-            _ptr(q),
-            _ptr(k),
-            _ptr(v),
-            _ptr(k_scales),
-            _ptr(v_scales),
-            _ptr(table),
-            _ptr(lengths),
-            _ptr(out),
-            _ptr(buffer),
-            *shape,
-        )
+        scales, bits = (None, None), kv_bits(k)
+    _built().tenor_paged_attention(
+        _ptr(q), _ptr(k), _ptr(v), *scales, bits, _ptr(table), _ptr(lengths), _ptr(out), _ptr(buffer), *shape
+    )
     return out
 
 
