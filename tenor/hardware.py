@@ -80,11 +80,17 @@ class CpuInfo:
 class Precision:
     """What the engine runs: activation dtype, how linear weights are stored, and why."""
 
-    dtype: str  # "bfloat16" | "float32": activations, norms, KV cache
+    dtype: str  # "bfloat16" | "float32": activations, norms, and the KV cache unless kv_dtype
     weights: str  # a key of WEIGHT_LABELS
     reason: str
     device: str = "cpu"  # "cpu" | "cuda": where weights, KV cache and every step live
-    kv_dtype: str | None = None  # K/V storage when narrower than `dtype` (bf16 under float32)
+
+    @property
+    def kv_dtype(self) -> str | None:
+        """K/V storage when narrower than `dtype`: bf16 beside int8 weights, where attention's K/V
+        reads are the next biggest stream of bytes at many streams (issue 8: as accurate, 10 of 10
+        greedy prompts as float32 HF's, 100 % top-1); else None, the activation dtype."""
+        return "bfloat16" if self.weights == "int8" else None
 
 
 def _read(path: str) -> str:
@@ -207,20 +213,10 @@ def choose_precision(
             raise ValueError(f"quantize {quantize} needs FBGEMM (an x86 build of torch); use --quantize none")
         if quantize == "int8" and not native_kernels:
             raise ValueError("quantize int8 needs tenor's native kernels (a C compiler at setup); use fp16")
-        kv_dtype = "bfloat16" if quantize == "int8" else None  # as auto's int8, below
-        return Precision(
-            dtype, quantize, f"{why}; {quantize} weights set by the config or --quantize", kv_dtype=kv_dtype
-        )
+        return Precision(dtype, quantize, f"{why}; {quantize} weights set by the config or --quantize")
     if quantize == "auto" and dtype == "float32" and fp16_kernel:
         if native_kernels:
-            # With int8 weights, attention's K/V reads are the next biggest stream of bytes at many
-            # streams; bf16 halves them (issue 8: 9 of 10 greedy prompts as float32 HF's, 100 % top-1).
-            return Precision(
-                dtype,
-                "int8",
-                f"{why}; int8 weights read a quarter of float32's bytes per decode step",
-                kv_dtype="bfloat16",
-            )
+            return Precision(dtype, "int8", f"{why}; int8 weights read a quarter of float32's bytes per decode step")
         return Precision(dtype, "fp16", f"{why}; fp16 weights halve the bytes each step reads")
     return Precision(dtype, "dense", why)
 
