@@ -233,10 +233,11 @@ def test_the_kv_cache_is_stored_as_the_runtime_line_says(quantize, kv_options, s
     """float32 weights keep float32 K/V (exact); int8 weights cache K/V in bf16 (half the bytes);
     --quantize-kv-cache wins over both. What /metrics and the startup line report is what is
     stored."""
+    from tenor.hardware import fbgemm_fp16_available
     from tenor.models import native
 
-    if quantize == "int8" and not native.available():
-        pytest.skip("int8 weights need tenor's native kernels")
+    if quantize == "int8" and not (native.available() and fbgemm_fp16_available()):
+        pytest.skip("int8 weights need tenor's native kernels and FBGEMM (an x86 torch)")
 
     async def main():
         engine = make_engine(dataclasses.replace(TINY, dtype="float32", quantize=quantize), **kv_options)
