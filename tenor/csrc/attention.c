@@ -49,14 +49,14 @@ typedef struct { float v[ROW_SUM_MAX]; } row_sum;
 #define ROW_SUM_LANES 1
 #endif
 
-static inline __attribute__((always_inline)) void row_sum_zero(row_sum *acc, int64_t n) {
+static inline __attribute__((always_inline)) void row_sum_load(row_sum *acc, const float *from, int64_t n) {
     for (int64_t j = 0; j < n / ROW_SUM_LANES; j++) {
 #if ROW_SUM_LANES == 16
-        acc->v[j] = _mm512_setzero_ps();
+        acc->v[j] = _mm512_loadu_ps(from + 16 * j);
 #elif ROW_SUM_LANES == 8
-        acc->v[j] = _mm256_setzero_ps();
+        acc->v[j] = _mm256_loadu_ps(from + 8 * j);
 #else
-        acc->v[j] = 0.0f;
+        acc->v[j] = from[j];
 #endif
     }
 }
@@ -73,6 +73,18 @@ static inline __attribute__((always_inline)) void row_sum_add(row_sum *acc, floa
     }
 }
 
+static inline __attribute__((always_inline)) void row_sum_add_to(const row_sum *acc, float *out, int64_t n) {
+    for (int64_t j = 0; j < n / ROW_SUM_LANES; j++) {
+#if ROW_SUM_LANES == 16
+        _mm512_storeu_ps(out + 16 * j, _mm512_add_ps(_mm512_loadu_ps(out + 16 * j), acc->v[j]));
+#elif ROW_SUM_LANES == 8
+        _mm256_storeu_ps(out + 8 * j, _mm256_add_ps(_mm256_loadu_ps(out + 8 * j), acc->v[j]));
+#else
+        out[j] += acc->v[j];
+#endif
+    }
+}
+
 static inline __attribute__((always_inline)) void row_sum_store(const row_sum *acc, float *out, int64_t n) {
     for (int64_t j = 0; j < n / ROW_SUM_LANES; j++) {
 #if ROW_SUM_LANES == 16
@@ -83,14 +95,6 @@ static inline __attribute__((always_inline)) void row_sum_store(const row_sum *a
         out[j] = acc->v[j];
 #endif
     }
-}
-
-/* Asks for row `i` of the next block (`bytes` a row) while this block's row `i` is worked on: each
- * block is a page of its own, and the hardware prefetchers stop at page boundaries, so without
- * this every block starts with a stall on memory. */
-static inline void prefetch_row(const void *next_block, int64_t i, int64_t bytes) {
-    const char *row = (const char *)next_block + i * bytes;
-    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off);
 }
 
 /* s[0..len) = softmax(s), in place. Out of line, with trapping math off so that fast_expf's
@@ -109,86 +113,175 @@ __attribute__((noinline, optimize("no-trapping-math"))) static void softmax_in_p
     for (int64_t t = 0; t < len; t++) s[t] *= inv;
 }
 
-/* A cache row as floats: float32 rows are used in place; bf16 and int8 rows are widened into
- * `row` (int8 without its scale, which the caller applies). `bits` is a constant in every copy
- * of attend_one, so the branches fold away. */
-static inline __attribute__((always_inline)) const float *cache_row(const void *cache, int64_t slot, int64_t E,
-                                                                     int bits, float *row) {
-    if (bits == 32) return (const float *)cache + slot * E;
-    if (bits == 16) {
-        const uint16_t *r = (const uint16_t *)cache + slot * E;
-#pragma omp simd
-        for (int64_t e = 0; e < E; e++) {
-            union { uint32_t u; float f; } w;
-            w.u = (uint32_t)r[e] << 16; /* bf16 is float32's top half */
-            row[e] = w.f;
-        }
-        return row;
+/* Where the rows of the block `hop` blocks ahead lie, fetched row by row while this block's rows
+ * are worked on: each block is a page of its own, and the hardware prefetchers stop at page
+ * boundaries, so without this every block starts with a stall on memory. Narrow rows (bf16, int8)
+ * reach two blocks ahead, int8 ones with their block's line of scales. */
+typedef struct {
+    const char *rows; /* NULL: no block that far ahead */
+    const float *scales;
+} block_ahead;
+
+static inline __attribute__((always_inline)) block_ahead ahead_of(const void *cache, const float *scales, int bits,
+                                                                  const int64_t *blocks, int64_t nb, int64_t start,
+                                                                  int64_t len, int64_t head_base, int64_t block_size,
+                                                                  int64_t E) {
+    const int64_t hop = bits == 32 ? 1 : 2, row_bytes = E * (bits / 8);
+    block_ahead a = {NULL, NULL};
+    if (start + hop * block_size < len) {
+        const int64_t at = head_base + blocks[nb + hop] * block_size;
+        a.rows = (const char *)cache + at * row_bytes;
+        a.scales = bits == 8 ? scales + at : NULL;
     }
-    widen_i8((const int8_t *)cache + slot * E, row, E);
-    return row;
+    return a;
 }
 
-/* Row `i` of the block `ahead` slots away fetched while this block's row `i` is worked on;
- * narrow rows (bf16, int8) reach two blocks ahead, int8 ones with their block's line of scales. */
-static inline __attribute__((always_inline)) void prefetch_ahead(const void *cache, const float *scales, int bits,
-                                                                 const int64_t *blocks, int64_t nb, int64_t start,
-                                                                 int64_t len, int64_t i, int64_t head_base,
-                                                                 int64_t block_size, int64_t E) {
-    const int64_t hop = bits == 32 ? 1 : 2;
-    if (start + hop * block_size >= len) return;
-    const int64_t at = head_base + blocks[nb + hop] * block_size;
-    prefetch_row((const char *)cache + at * E * (bits / 8), i, E * (bits / 8));
-    if (bits == 8 && i == 0) __builtin_prefetch(scales + at);
+/* Row i of the block ahead; `row_bytes` is a constant where E and bits are. */
+static inline __attribute__((always_inline)) void fetch_row(const block_ahead *a, int64_t i, const int64_t row_bytes) {
+    if (!a->rows) return;
+    for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(a->rows + i * row_bytes + off);
+    if (a->scales && i == 0) __builtin_prefetch(a->scales);
+}
+
+/* Up to CHUNK consecutive rows of one block (from row `first`) as CHUNK rows of floats: whole
+ * float32 chunks are used in place; bf16 and int8 rows are widened into `buf` (int8 without their
+ * scales, which the caller applies), once for all the query heads that read them, each as the same
+ * row of the block ahead is asked for. A partial chunk is padded with rows of zeros, so that the
+ * vector code always works on CHUNK rows. `bits` is a constant in every copy of attend_one, so the
+ * branches fold away. */
+#define CHUNK 16
+static inline __attribute__((always_inline)) const float *cache_rows(const void *cache, int64_t slot, int64_t first,
+                                                                      int64_t m, int64_t E, int bits,
+                                                                      const block_ahead *ahead, float *buf) {
+    if (bits == 32 && m == CHUNK) return (const float *)cache + slot * E; /* the callers fetch ahead as they read */
+    for (int64_t i = 0; i < m; i++) {
+        fetch_row(ahead, first + i, E * (bits / 8));
+        if (bits == 32) {
+            for (int64_t e = 0; e < E; e++) buf[i * E + e] = ((const float *)cache)[(slot + i) * E + e];
+        } else if (bits == 16) {
+            const uint16_t *r = (const uint16_t *)cache + (slot + i) * E;
+#pragma omp simd
+            for (int64_t e = 0; e < E; e++) buf[i * E + e] = bf16_to_float(r[e]);
+        } else {
+            widen_i8((const int8_t *)cache + (slot + i) * E, buf + i * E, E);
+        }
+    }
+    for (int64_t e = m * E; e < CHUNK * E; e++) buf[e] = 0.0f;
+    return buf;
+}
+
+#if defined(__AVX512F__)
+/* Lane i of the result is the sum of a[i]'s 16 lanes: the transpose folded into the adds, 45
+ * shuffles and adds for 16 rows against ~8 dependent ones for each row's own reduction. */
+static inline __attribute__((always_inline)) __m512 sum16(const __m512 *a) {
+    __m512 pairs[8], quads[4];
+    for (int i = 0; i < 8; i++) /* lanes 4c+{0,2} hold partial sums of a[2i], 4c+{1,3} of a[2i+1] */
+        pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                                 _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    for (int i = 0; i < 4; i++) { /* 128-bit chunk c holds that chunk's sums of a[4i .. 4i+3] */
+        const __m512d x = _mm512_castps_pd(pairs[2 * i]), y = _mm512_castps_pd(pairs[2 * i + 1]);
+        quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    const __m512 lo = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], 0x44),
+                                    _mm512_shuffle_f32x4(quads[0], quads[1], 0xEE));
+    const __m512 hi = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], 0x44),
+                                    _mm512_shuffle_f32x4(quads[2], quads[3], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(lo, hi, 0x88), _mm512_shuffle_f32x4(lo, hi, 0xDD));
+}
+#endif
+
+/* scores[g * stride + i] = (q_g . row_i) * scale * (row_scales[i] where given), for the m <= CHUNK
+ * rows (of CHUNK readable ones) and the G query heads; rows read in place ask for the block ahead
+ * (`ahead`, from row `first`) as they go. */
+static inline __attribute__((always_inline)) void chunk_scores(const float *q, const float *rows, int64_t m,
+                                                                int64_t G, const int64_t E, const float *row_scales,
+                                                                float scale, float *scores, int64_t stride,
+                                                                const block_ahead *ahead, int64_t first) {
+#if defined(__AVX512F__)
+    /* Rows read in place from memory go one at a time, their fetches spread between the heads'
+     * dots: the tree's burst of CHUNK rows' fetches filled the miss buffers and stalled. */
+    if (E % 16 == 0 && E <= 256 && !ahead) {
+        const __mmask16 live = (__mmask16)((1u << m) - 1);
+        const __m512 scaled = row_scales ? _mm512_mul_ps(_mm512_maskz_loadu_ps(live, row_scales), _mm512_set1_ps(scale))
+                                         : _mm512_set1_ps(scale);
+        for (int64_t g = 0; g < G; g++) {
+            const float *qg = q + g * E;
+            __m512 dots[CHUNK];
+            for (int64_t i = 0; i < CHUNK; i++) {
+                __m512 acc = _mm512_setzero_ps();
+                for (int64_t c = 0; c < E; c += 16)
+                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + c), _mm512_loadu_ps(rows + i * E + c), acc);
+                dots[i] = acc;
+            }
+            _mm512_mask_storeu_ps(scores + g * stride, live, _mm512_mul_ps(sum16(dots), scaled));
+        }
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < m; i++) {
+        const float row_scale = row_scales ? row_scales[i] * scale : scale;
+        if (ahead) fetch_row(ahead, first + i, E * 4);
+        for (int64_t g = 0; g < G; g++) scores[g * stride + i] = dot_f32(q + g * E, rows + i * E, E) * row_scale;
+    }
 }
 
 /* One (sequence, kv head) of decode attention: the G query heads sharing kv head `h` attend to
- * the sequence's first `len` cached tokens, read block by block in place. Two passes over the
- * context: scores (each K row read once for all G heads), then softmax and the weighted sum of V.
- * `E` and `bits` (the cache's float32, bf16 or int8 rows) are compile-time constants in the
- * specialised copies below, so the head-dim loops unroll into whole vectors. */
+ * the sequence's first `len` cached tokens, read block by block in place, CHUNK rows at a time
+ * (each widened once for all G heads). Two passes over the context: scores, then softmax and the
+ * weighted sum of V. `E` and `bits` (the cache's float32, bf16 or int8 rows) are compile-time
+ * constants in the specialised copies below, so the head-dim loops unroll into whole vectors. */
 static inline __attribute__((always_inline)) void attend_one(
     const float *q, const void *k, const void *v, const float *ks, const float *vs, const int bits,
     const int64_t *blocks, int64_t len, float *out, float *scores, int64_t G, const int64_t E, int64_t block_size,
     int64_t head_base, int64_t max_len, float scale) {
-    float row[E]; /* a narrow row widened to floats */
+    float buf[CHUNK * E]; /* narrow rows widened to floats */
     for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
         const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t slot = base + i;
-            prefetch_ahead(k, ks, bits, blocks, nb, start, len, i, head_base, block_size, E);
-            const float *kt = cache_row(k, slot, E, bits, row), row_scale = bits == 8 ? ks[slot] * scale : scale;
-            for (int64_t g = 0; g < G; g++) scores[g * max_len + start + i] = dot_f32(q + g * E, kt, E) * row_scale;
+        for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {
+            const int64_t m = n - c0 < CHUNK ? n - c0 : CHUNK, slot = base + c0;
+            const block_ahead ahead = ahead_of(k, ks, bits, blocks, nb, start, len, head_base, block_size, E);
+            chunk_scores(q, cache_rows(k, slot, c0, m, E, bits, &ahead, buf), m, G, E, bits == 8 ? ks + slot : NULL, scale,
+                         scores + start + c0, max_len, bits == 32 && m == CHUNK ? &ahead : NULL, c0);
         }
     }
     for (int64_t g = 0; g < G; g++) softmax_in_place(scores + g * max_len, len);
-    /* One query head at a time, its sum in registers: accumulating all G heads in `out` made each
-     * row wait on the previous row's stores. V rows come from memory once; the other heads find
-     * them in cache. */
+    /* Each head's sum lives in `out`, and in vector registers for the length of a chunk. */
     const int in_registers = E % ROW_SUM_LANES == 0 && E <= ROW_SUM_MAX;
-    for (int64_t g = 0; g < G; g++) {
-        const float *sg = scores + g * max_len;
-        float *og = out + g * E;
-        row_sum acc;
-        if (in_registers)
-            row_sum_zero(&acc, E);
-        else
-            for (int64_t e = 0; e < E; e++) og[e] = 0.0f;
-        for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
-            const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
-            for (int64_t i = 0; i < n; i++) {
-                const int64_t slot = base + i;
-                if (g == 0) prefetch_ahead(v, vs, bits, blocks, nb, start, len, i, head_base, block_size, E);
-                const float *vt = cache_row(v, slot, E, bits, row), p = bits == 8 ? sg[start + i] * vs[slot] : sg[start + i];
-                if (in_registers) {
-                    row_sum_add(&acc, p, vt, E);
+    static const float zeros[ROW_SUM_MAX];
+    for (int64_t e = 0; e < G * E; e++) out[e] = 0.0f;
+    for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
+        const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
+        for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {
+            const int64_t m = n - c0 < CHUNK ? n - c0 : CHUNK, slot = base + c0;
+            const block_ahead ahead = ahead_of(v, vs, bits, blocks, nb, start, len, head_base, block_size, E);
+            const float *rows = cache_rows(v, slot, c0, m, E, bits, &ahead, buf);
+            for (int64_t g = 0; g < G; g++) {
+                const float *p = scores + g * max_len + start + c0;
+                float *og = out + g * E;
+                if (in_registers) { /* two sums, even and odd rows: each add waits on half as many */
+                    row_sum even, odd;
+                    row_sum_load(&even, og, E);
+                    row_sum_load(&odd, zeros, E);
+                    int64_t i = 0;
+                    for (; i + 1 < m; i += 2) {
+                        if (bits == 32 && g == 0) fetch_row(&ahead, c0 + i, E * 4);
+                        if (bits == 32 && g == G - 1) fetch_row(&ahead, c0 + i + 1, E * 4);
+                        row_sum_add(&even, bits == 8 ? p[i] * vs[slot + i] : p[i], rows + i * E, E);
+                        row_sum_add(&odd, bits == 8 ? p[i + 1] * vs[slot + i + 1] : p[i + 1], rows + (i + 1) * E, E);
+                    }
+                    if (i < m) row_sum_add(&even, bits == 8 ? p[i] * vs[slot + i] : p[i], rows + i * E, E);
+                    row_sum_store(&even, og, E);
+                    row_sum_add_to(&odd, og, E);
                 } else {
+                    for (int64_t i = 0; i < m; i++) {
+                        if (bits == 32 && g == 0) fetch_row(&ahead, c0 + i, E * 4);
+                        const float pi = bits == 8 ? p[i] * vs[slot + i] : p[i];
 #pragma omp simd
-                    for (int64_t e = 0; e < E; e++) og[e] += p * vt[e];
+                        for (int64_t e = 0; e < E; e++) og[e] += pi * rows[i * E + e];
+                    }
                 }
             }
         }
-        if (in_registers) row_sum_store(&acc, og, E);
     }
 }
 

@@ -32,6 +32,22 @@ static inline float fast_expf(float x) {
     return p * scale.f;
 }
 
+/* bf16 is float32's top half: widening is exact. Always inlined, also into functions compiled with
+ * other options (tenor_silu_mul_bf16), whose simd loops otherwise call them and stay scalar. */
+static inline __attribute__((always_inline)) float bf16_to_float(uint16_t h) {
+    union { uint32_t u; float f; } w;
+    w.u = (uint32_t)h << 16;
+    return w.f;
+}
+
+/* float32 to bf16, rounded to nearest even (what torch's .to(torch.bfloat16) does); NaN stays NaN. */
+static inline __attribute__((always_inline)) uint16_t float_to_bf16(float x) {
+    union { float f; uint32_t u; } w;
+    w.f = x;
+    const uint32_t rounded = (w.u + 0x7fffu + ((w.u >> 16) & 1u)) >> 16;
+    return (w.u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((w.u >> 16) | 0x40u) : (uint16_t)rounded;
+}
+
 /* attention.c: decode and prompt rows attending from the paged cache, float32 (bits 32), bf16
  * (16) or int8 with scales ks, vs (8; NULL otherwise) K/V; see the definition for the shapes.
  * Called by the fused Llama decode step and, through ctypes, by tenor/models/native.py. */
