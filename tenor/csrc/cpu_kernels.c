@@ -53,6 +53,22 @@ __attribute__((optimize("no-trapping-math"))) void tenor_silu_mul_f32(const floa
     }
 }
 
+/* tenor_silu_mul_f32 with bf16 in and out, between two GEMMs that compute in bf16: the same floats
+ * in (bf16 widens exactly), the result rounded as torch's .to(torch.bfloat16), so it matches the
+ * float32 kernel between two conversions bit for bit, without the conversions' passes. */
+__attribute__((optimize("no-trapping-math"))) void tenor_silu_mul_bf16(const uint16_t *gate_up, uint16_t *out,
+                                                                       int64_t rows, int64_t inter, int64_t threads) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (rows * inter >= PARALLEL_MIN_FLOATS)
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *g = gate_up + r * 2 * inter, *u = g + inter;
+        uint16_t *o = out + r * inter;
+#pragma omp simd
+        for (int64_t i = 0; i < inter; i++) {
+            const float gate = bf16_to_float(g[i]);
+            o[i] = float_to_bf16(gate / (1.0f + fast_expf(-gate)) * bf16_to_float(u[i]));
+        }
+    }
+}
 
 #if !(defined(__AVX2__) && defined(__F16C__))
 /* IEEE half -> float, for CPUs without F16C (the AVX2 path converts 8 at a time in hardware). */
@@ -216,15 +232,9 @@ void tenor_block_linear_f32(const float *x, const uint8_t *w, int64_t bits, cons
     free(xsum);
 }
 
-/* n floats to bf16, rounded to nearest even (what torch's .to(torch.bfloat16) does); NaN stays NaN. */
 static void store_bf16(const float *x, uint16_t *out, int64_t n) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        union { float f; uint32_t u; } w;
-        w.f = x[i];
-        const uint32_t rounded = (w.u + 0x7fffu + ((w.u >> 16) & 1u)) >> 16;
-        out[i] = (w.u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((w.u >> 16) | 0x40u) : (uint16_t)rounded;
-    }
+    for (int64_t i = 0; i < n; i++) out[i] = float_to_bf16(x[i]);
 }
 
 /* Llama's rotary ("rotate half", over whole heads) applied in place to the q and k heads of

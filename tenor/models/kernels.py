@@ -43,6 +43,15 @@ class LinearKernel:
         """Bytes of weight (and bias) this kernel keeps."""
         raise NotImplementedError
 
+    def bf16_rows(self, rows: int) -> bool:
+        """Whether a batch of `rows` runs as a bf16 GEMM: then `bf16` gives its output as the GEMM
+        does, without the round trip through float32."""
+        return False
+
+    def bf16(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., IN] float32 or bf16 -> x @ W.T in bf16, where `bf16_rows` says so."""
+        raise NotImplementedError(f"{self.name} kernels do not compute in bf16")
+
 
 def _nbytes(*tensors: torch.Tensor | None) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
@@ -112,7 +121,13 @@ class Bf16BatchKernel(LinearKernel):
         self.inner = OneDnnKernel(plain if packed is None else packed, None if bias is None else bias.bfloat16())
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(x.to(torch.bfloat16)).float()
+        return self.bf16(x).float()
+
+    def bf16_rows(self, rows: int) -> bool:
+        return True
+
+    def bf16(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x.to(torch.bfloat16))
 
     def nbytes(self) -> int:
         return self.inner.nbytes()
@@ -156,6 +171,12 @@ class DecodeKernel(LinearKernel):
             x.reshape(rows, x.shape[-1]).contiguous(), self.q, self.bits, self.scales, self.offsets, self.bias
         )
         return flat.view(*x.shape[:-1], self.out_features)
+
+    def bf16_rows(self, rows: int) -> bool:
+        return rows > native.INT8_MAX_ROWS and self.batched.bf16_rows(rows)
+
+    def bf16(self, x: torch.Tensor) -> torch.Tensor:
+        return self.batched.bf16(x)
 
     def nbytes(self) -> int:
         return self.batched.nbytes() + _nbytes(self.q, self.scales, self.offsets, self.bias)

@@ -61,6 +61,16 @@ class ParallelLinear(nn.Module):
             out = self._reduce(out)
         return out
 
+    def computes_bf16(self, rows: int) -> bool:
+        """Whether a batch of `rows` runs as a bf16 GEMM on this (unsharded) layer: then
+        `forward_bf16` gives the GEMM's own output, for a caller that takes bf16 (a residual add
+        promotes it to float32 exactly; tenor's SiLU reads it) and so skips a conversion pass."""
+        return self._reduce is None and self.kernel is not None and self.kernel.bf16_rows(rows)
+
+    def forward_bf16(self, x: torch.Tensor) -> torch.Tensor:
+        assert self.kernel is not None and self._reduce is None
+        return self.kernel.bf16(x)
+
     def weight_nbytes(self) -> int:
         return 0 if self.kernel is None else self.kernel.nbytes()
 

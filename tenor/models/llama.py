@@ -62,8 +62,13 @@ class LlamaBlock(nn.Module):
             q, k = qk[:, : c.num_heads], qk[:, c.num_heads :]
             v = qkv[:, c.q_size + c.kv_size :].view(t, c.num_kv_heads, c.head_dim)
             attn = paged_attention(q, k, v, cache, self.index, batch)
-        x = x + self.o(attn.reshape(t, c.q_size))
+        attn = attn.reshape(t, c.q_size)
+        x = x + (self.o.forward_bf16(attn) if self.o.computes_bf16(t) else self.o(attn))
         h = rms_norm(x, self.mlp_norm, c.norm_eps, batch.native)
+        if batch.native and self.gate_up.computes_bf16(t) and self.down.computes_bf16(t):
+            # Big batches on bf16 GEMMs: SiLU reads and writes bf16, and the residual add takes
+            # bf16 (promoted exactly), the same numbers without three float32 conversion passes.
+            return x + self.down.forward_bf16(silu_mul(self.gate_up.forward_bf16(h), True))
         return x + self.down(silu_mul(self.gate_up(h), batch.native))
 
 
@@ -74,7 +79,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, fused: bool) -> 
 
 
 def silu_mul(gate_up: torch.Tensor, fused: bool) -> torch.Tensor:
-    if fused and gate_up.dtype == torch.float32:
+    if fused and gate_up.dtype in (torch.float32, torch.bfloat16):
         return native.silu_mul(gate_up)
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up

@@ -83,6 +83,7 @@ def library() -> ctypes.CDLL | None:
         return None
     lib.tenor_rms_norm_f32.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, _F32, _I64]
     lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64, _I64]
+    lib.tenor_silu_mul_bf16.argtypes = [_PTR, _PTR, _I64, _I64, _I64]
     lib.tenor_paged_attention.argtypes = [_PTR] * 5 + [_I64] + [_PTR] * 4 + [_I64] * 8 + [_F32, _I64]
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 6
@@ -90,6 +91,7 @@ def library() -> ctypes.CDLL | None:
     for fn in (
         lib.tenor_rms_norm_f32,
         lib.tenor_silu_mul_f32,
+        lib.tenor_silu_mul_bf16,
         lib.tenor_paged_attention,
         lib.tenor_block_linear_f32,
         lib.tenor_rotary_kv_write_f32,
@@ -140,10 +142,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """gate_up [T, 2F] float32 contiguous -> silu(gate) * up [T, F]."""
+    """gate_up [T, 2F] float32 or bf16, contiguous -> silu(gate) * up [T, F] in the same dtype (bf16
+    computed in float32 and rounded as torch rounds)."""
     rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty(rows, inter, dtype=gate_up.dtype)
-    _built().tenor_silu_mul_f32(_ptr(gate_up), _ptr(out), rows, inter, torch.get_num_threads())
+    kernel = _built().tenor_silu_mul_bf16 if gate_up.dtype == torch.bfloat16 else _built().tenor_silu_mul_f32
+    kernel(_ptr(gate_up), _ptr(out), rows, inter, torch.get_num_threads())
     return out
 
 

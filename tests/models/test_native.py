@@ -40,6 +40,18 @@ def test_silu_mul_is_exact_enough_at_the_ends_of_float32():
 
 
 @needs_native
+@pytest.mark.parametrize("rows", [5, 700])
+def test_silu_mul_in_bf16_is_the_float32_kernel_between_two_conversions(rows):
+    gate_up = torch.randn(rows, 2 * 96, generator=torch.Generator().manual_seed(2)) * 4
+    gate_up[0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e38])
+    gate_up = gate_up.bfloat16()
+    out = native.silu_mul(gate_up)
+    assert out.dtype == torch.bfloat16
+    expected = native.silu_mul(gate_up.float()).bfloat16()
+    torch.testing.assert_close(out, expected, rtol=0, atol=0, equal_nan=True)  # bit for bit
+
+
+@needs_native
 @pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (4, 4, 64), (8, 1, 64), (4, 2, 128), (3, 1, 80)])
 @pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
 def test_paged_decode_attention_matches_per_sequence_sdpa(heads, kv_heads, dim, kv_dtype):
@@ -313,6 +325,35 @@ def test_fused_llama_decode_matches_the_layer_by_layer_path(monkeypatch, quantiz
     _run_streams(servable, EngineOptions(warmup=False), prompts, max_tokens=24)
     assert len(differences) >= 20
     assert max(differences) < 1e-4, differences
+
+
+@needs_native
+def test_big_batches_keep_bf16_between_their_gemms_and_give_the_same_numbers(monkeypatch):
+    """Where big batches run as bf16 GEMMs, the MLP's activation and the residual adds take the
+    GEMMs' bf16 output as it is; every layer's output equals the path through float32 exactly."""
+    from tenor import registry
+    from tenor.engine.options import EngineOptions
+    from tenor.models import kernels, layers
+    from tenor.models.llama import LlamaBlock
+
+    if not kernels.bf16_batches_apply():
+        pytest.skip("big batches run as bf16 GEMMs only where the CPU computes bf16 natively")
+    differences: list[float] = []
+    forward = LlamaBlock.forward
+
+    def both(self, x, *args):
+        out = forward(self, x, *args)
+        if self.down.computes_bf16(x.shape[0]):
+            with monkeypatch.context() as patch:
+                patch.setattr(layers.ParallelLinear, "computes_bf16", lambda linear, rows: False)
+                differences.append((out - forward(self, x, *args)).abs().max().item())
+        return out
+
+    monkeypatch.setattr(LlamaBlock, "forward", both)
+    servable = registry.get("test.TinyLlamaRandom").with_overrides(quantize="int8")
+    prompts = [tuple(range(5 + i, 45 + 7 * i)) for i in range(3)]
+    _run_streams(servable, EngineOptions(warmup=False), prompts, max_tokens=4)
+    assert differences and max(differences) == 0.0, differences
 
 
 @needs_native
