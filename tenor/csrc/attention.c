@@ -4,6 +4,8 @@
  * or int8, at the memory's speed where the rows are wide. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels.h"
 
@@ -225,56 +227,68 @@ static inline __attribute__((always_inline)) void chunk_scores(const float *q, c
     }
 }
 
-/* One (sequence, kv head) of decode attention: the G query heads sharing kv head `h` attend to
- * the sequence's first `len` cached tokens, read block by block in place, CHUNK rows at a time
- * (each widened once for all G heads). Two passes over the context: scores, then softmax and the
- * weighted sum of V. `E` and `bits` (the cache's float32, bf16 or int8 rows) are compile-time
- * constants in the specialised copies below, so the head-dim loops unroll into whole vectors. */
-static inline __attribute__((always_inline)) void attend_one(
+/* One (tile of rows, kv head) of attention: T rows that read the same blocks, row t seeing the
+ * first len0 + t cached tokens (one row for a decoding sequence; up to `tile` consecutive tokens of
+ * a prompt), each with the G query heads sharing kv head `h`. Row t's heads are at q + t *
+ * row_stride, its output at out + t * row_stride. The cache is read block by block in place,
+ * CHUNK rows at a time, each widened once for all T * G query heads. Two passes over the context:
+ * scores, then softmax and the weighted sum of V. `E` and `bits` (the cache's float32, bf16 or int8
+ * rows) are compile-time constants in the specialised copies below, so the head-dim loops unroll
+ * into whole vectors. */
+static inline __attribute__((always_inline)) void attend_tile(
     const float *q, const void *k, const void *v, const float *ks, const float *vs, const int bits,
-    const int64_t *blocks, int64_t len, float *out, float *scores, int64_t G, const int64_t E, int64_t block_size,
-    int64_t head_base, int64_t max_len, float scale) {
+    const int64_t *blocks, int64_t T, int64_t len0, int64_t row_stride, float *out, float *scores, int64_t G,
+    const int64_t E, int64_t block_size, int64_t head_base, int64_t max_len, float scale) {
     float buf[CHUNK * E]; /* narrow rows widened to floats */
+    const int64_t len = len0 + T - 1; /* the last row's */
     for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
         const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
         for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {
             const int64_t m = n - c0 < CHUNK ? n - c0 : CHUNK, slot = base + c0;
             const block_ahead ahead = ahead_of(k, ks, bits, blocks, nb, start, len, head_base, block_size, E);
-            chunk_scores(q, cache_rows(k, slot, c0, m, E, bits, &ahead, buf), m, G, E, bits == 8 ? ks + slot : NULL, scale,
-                         scores + start + c0, max_len, bits == 32 && m == CHUNK ? &ahead : NULL, c0);
+            const float *rows = cache_rows(k, slot, c0, m, E, bits, &ahead, buf);
+            for (int64_t t = 0; t < T; t++)
+                chunk_scores(q + t * row_stride, rows, m, G, E, bits == 8 ? ks + slot : NULL, scale,
+                             scores + t * G * max_len + start + c0, max_len,
+                             bits == 32 && m == CHUNK && t == 0 ? &ahead : NULL, c0);
         }
     }
-    for (int64_t g = 0; g < G; g++) softmax_in_place(scores + g * max_len, len);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t g = 0; g < G; g++) softmax_in_place(scores + (t * G + g) * max_len, len0 + t);
     /* Each head's sum lives in `out`, and in vector registers for the length of a chunk. */
     const int in_registers = E % ROW_SUM_LANES == 0 && E <= ROW_SUM_MAX;
     static const float zeros[ROW_SUM_MAX];
-    for (int64_t e = 0; e < G * E; e++) out[e] = 0.0f;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t e = 0; e < G * E; e++) out[t * row_stride + e] = 0.0f;
     for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
         const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
         for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {
-            const int64_t m = n - c0 < CHUNK ? n - c0 : CHUNK, slot = base + c0;
+            const int64_t slot = base + c0, m = n - c0 < CHUNK ? n - c0 : CHUNK;
             const block_ahead ahead = ahead_of(v, vs, bits, blocks, nb, start, len, head_base, block_size, E);
             const float *rows = cache_rows(v, slot, c0, m, E, bits, &ahead, buf);
-            for (int64_t g = 0; g < G; g++) {
-                const float *p = scores + g * max_len + start + c0;
-                float *og = out + g * E;
+            for (int64_t tg = 0; tg < T * G; tg++) {
+                const int64_t t = tg / G, g = tg % G, seen = len0 + t - start - c0; /* row t's part of the chunk */
+                const int64_t mt = seen < m ? seen : m;
+                const float *p = scores + tg * max_len + start + c0;
+                float *og = out + t * row_stride + g * E;
+                const int fetch = bits == 32 && m == CHUNK;
                 if (in_registers) { /* two sums, even and odd rows: each add waits on half as many */
                     row_sum even, odd;
                     row_sum_load(&even, og, E);
                     row_sum_load(&odd, zeros, E);
                     int64_t i = 0;
-                    for (; i + 1 < m; i += 2) {
-                        if (bits == 32 && g == 0) fetch_row(&ahead, c0 + i, E * 4);
-                        if (bits == 32 && g == G - 1) fetch_row(&ahead, c0 + i + 1, E * 4);
+                    for (; i + 1 < mt; i += 2) {
+                        if (fetch && tg == 0) fetch_row(&ahead, c0 + i, E * 4);
+                        if (fetch && tg == G - 1) fetch_row(&ahead, c0 + i + 1, E * 4);
                         row_sum_add(&even, bits == 8 ? p[i] * vs[slot + i] : p[i], rows + i * E, E);
                         row_sum_add(&odd, bits == 8 ? p[i + 1] * vs[slot + i + 1] : p[i + 1], rows + (i + 1) * E, E);
                     }
-                    if (i < m) row_sum_add(&even, bits == 8 ? p[i] * vs[slot + i] : p[i], rows + i * E, E);
+                    if (i < mt) row_sum_add(&even, bits == 8 ? p[i] * vs[slot + i] : p[i], rows + i * E, E);
                     row_sum_store(&even, og, E);
                     row_sum_add_to(&odd, og, E);
                 } else {
-                    for (int64_t i = 0; i < m; i++) {
-                        if (bits == 32 && g == 0) fetch_row(&ahead, c0 + i, E * 4);
+                    for (int64_t i = 0; i < mt; i++) {
+                        if (fetch && tg == 0) fetch_row(&ahead, c0 + i, E * 4);
                         const float pi = bits == 8 ? p[i] * vs[slot + i] : p[i];
 #pragma omp simd
                         for (int64_t e = 0; e < E; e++) og[e] += pi * rows[i * E + e];
@@ -285,41 +299,60 @@ static inline __attribute__((always_inline)) void attend_one(
     }
 }
 
-/* attend_one's copy for this head dim and row width: unrolled for head dims 64 and 128. */
+/* attend_tile's copy for this head dim and row width: unrolled for head dims 64 and 128. */
 #define ATTEND_FOR_DIM(BITS)                                                                                     \
     do {                                                                                                         \
         if (E == 64)                                                                                             \
-            attend_one(qb, k, v, ks, vs, BITS, blocks, lengths[b], ob, scores, G, 64, block_size, h * slots,     \
-                       max_len, scale);                                                                          \
+            attend_tile(qb, k, v, ks, vs, BITS, blocks, T, lengths[b], H * E, ob, scores, G, 64, block_size,     \
+                        h * slots, max_len, scale);                                                              \
         else if (E == 128)                                                                                       \
-            attend_one(qb, k, v, ks, vs, BITS, blocks, lengths[b], ob, scores, G, 128, block_size, h * slots,    \
-                       max_len, scale);                                                                          \
+            attend_tile(qb, k, v, ks, vs, BITS, blocks, T, lengths[b], H * E, ob, scores, G, 128, block_size,    \
+                        h * slots, max_len, scale);                                                              \
         else                                                                                                     \
-            attend_one(qb, k, v, ks, vs, BITS, blocks, lengths[b], ob, scores, G, E, block_size, h * slots,      \
-                       max_len, scale);                                                                          \
+            attend_tile(qb, k, v, ks, vs, BITS, blocks, T, lengths[b], H * E, ob, scores, G, E, block_size,      \
+                        h * slots, max_len, scale);                                                              \
     } while (0)
 
-/* Decode attention straight from the paged cache, no gathered copy.
- *   q       [B, H, E]           one query token per sequence
+/* Whether row b + t can join row b's tile: it reads the same blocks, one token further. */
+static int extends_tile(const int64_t *table, const int64_t *lengths, int64_t b, int64_t t, int64_t N,
+                        int64_t block_size) {
+    if (lengths[b + t] != lengths[b] + t) return 0;
+    const int64_t used = (lengths[b + t] + block_size - 1) / block_size;
+    return memcmp(table + b * N, table + (b + t) * N, sizeof(int64_t) * (size_t)(used < N ? used : N)) == 0;
+}
+
+/* Attention straight from the paged cache, no gathered copy, for rows that each attend to their
+ * own prefix of a sequence's cached tokens: a decoding sequence's token, or a prompt token seeing
+ * its sequence up to itself.
+ *   q       [B, H, E]           one query token per row
  *   k, v    [K, slots, E]       one layer's cache (slot = block * block_size + offset): float32
  *                               (bits 32), bf16 (16), or int8 (8) with one float32 scale per
  *                               (head, slot) in ks, vs [K, slots]
- *   table   [B, N]              each sequence's blocks
- *   lengths [B]                 each sequence's context length (slots 0..len-1 of its blocks)
+ *   table   [B, N]              each row's sequence's blocks
+ *   lengths [B]                 each row's context length (slots 0..len-1 of its blocks)
  *   out     [B, H, E]
- *   scratch [threads, G * max_len] floats for the scores, one slice for each of `threads` threads
- * Query heads h * G .. h * G + G - 1 share kv head h (grouped-query attention). */
+ *   scratch [threads, tile * G * max_len] floats for the scores, one slice for each thread
+ * Query heads h * G .. h * G + G - 1 share kv head h (grouped-query attention). Up to `tile` rows
+ * in a row that read the same blocks one token further each (a prompt's) go together, so each
+ * cache row is read and widened once for all of them. */
 void tenor_paged_attention(const float *q, const void *k, const void *v, const float *ks, const float *vs,
-                                   int64_t bits, const int64_t *table, const int64_t *lengths, float *out,
-                                   float *scratch, int64_t B, int64_t H, int64_t K, int64_t E, int64_t N,
-                                   int64_t block_size, int64_t slots, int64_t max_len, float scale, int64_t threads) {
+                           int64_t bits, const int64_t *table, const int64_t *lengths, float *out, float *scratch,
+                           int64_t B, int64_t H, int64_t K, int64_t E, int64_t N, int64_t block_size, int64_t slots,
+                           int64_t max_len, float scale, int64_t tile, int64_t threads) {
     const int64_t G = H / K;
+    int64_t *firsts = malloc(sizeof(int64_t) * (size_t)(B + 1)), tiles = 0; /* each tile's first row */
+    for (int64_t b = 0, t; b < B; b += t) {
+        for (t = 1; t < tile && b + t < B && extends_tile(table, lengths, b, t, N, block_size); t++) {
+        }
+        firsts[tiles++] = b;
+    }
+    firsts[tiles] = B;
     /* Items dealt out one at a time: a prompt's rows grow longer row by row, and contiguous
      * halves gave one thread three times the other's work. */
 #pragma omp parallel for schedule(static, 1) num_threads(threads)
-    for (int64_t item = 0; item < B * K; item++) {
-        const int64_t b = item / K, h = item % K;
-        float *scores = scratch + (int64_t)omp_get_thread_num() * G * max_len;
+    for (int64_t item = 0; item < tiles * K; item++) {
+        const int64_t b = firsts[item / K], T = firsts[item / K + 1] - b, h = item % K;
+        float *scores = scratch + (int64_t)omp_get_thread_num() * tile * G * max_len;
         const float *qb = q + (b * H + h * G) * E;
         float *ob = out + (b * H + h * G) * E;
         const int64_t *blocks = table + b * N;
@@ -330,4 +363,5 @@ void tenor_paged_attention(const float *q, const void *k, const void *v, const f
         else
             ATTEND_FOR_DIM(8);
     }
+    free(firsts);
 }

@@ -310,7 +310,7 @@ void tenor_llama_decode_f32(float *x, const int64_t *weights, void *kv, int64_t 
         for (int64_t r = 0; r < R; r++)
             for (int64_t i = 0; i < H * E; i++) q[r * H * E + i] = qkv[r * width + i];
         tenor_paged_attention(q, kc, vc, NULL, NULL, kv_bits, table, lengths, attn, scores, R, H, K, E, N,
-                              block_size, num_slots, max_len, 1.0f / sqrtf((float)E), threads);
+                              block_size, num_slots, max_len, 1.0f / sqrtf((float)E), 1, threads);
         tenor_block_linear_f32(attn, W_Q(6), W_F32(8), W_F32(9), NULL, delta, R, H * E, D, threads);
         for (int64_t i = 0; i < R * D; i++) x[i] += delta[i];
         tenor_rms_norm_f32(x, W_F32(1), h, R, D, eps, threads);

@@ -54,6 +54,6 @@ static inline __attribute__((always_inline)) uint16_t float_to_bf16(float x) {
 void tenor_paged_attention(const float *q, const void *k, const void *v, const float *ks, const float *vs,
                            int64_t bits, const int64_t *table, const int64_t *lengths, float *out, float *scratch,
                            int64_t B, int64_t H, int64_t K, int64_t E, int64_t N, int64_t block_size, int64_t slots,
-                           int64_t max_len, float scale, int64_t threads);
+                           int64_t max_len, float scale, int64_t tile, int64_t threads);
 
 #endif

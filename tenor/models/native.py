@@ -84,7 +84,7 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_rms_norm_f32.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, _F32, _I64]
     lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64, _I64]
     lib.tenor_silu_mul_bf16.argtypes = [_PTR, _PTR, _I64, _I64, _I64]
-    lib.tenor_paged_attention.argtypes = [_PTR] * 5 + [_I64] + [_PTR] * 4 + [_I64] * 8 + [_F32, _I64]
+    lib.tenor_paged_attention.argtypes = [_PTR] * 5 + [_I64] + [_PTR] * 4 + [_I64] * 8 + [_F32, _I64, _I64]
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 6
     lib.tenor_llama_decode_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 6 + [_I64] * 11 + [_F32, _I64]
@@ -193,6 +193,11 @@ class DecodeScratch:
         return self.buffer
 
 
+# Consecutive rows that read the same blocks one token further each (a prompt's) attend together,
+# up to this many, each cache row read and widened once for all of them.
+ATTENTION_TILE = 8
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -213,8 +218,9 @@ def paged_decode_attention(
     q = q.contiguous()
     out = torch.empty_like(q)
     threads = torch.get_num_threads()
-    buffer = scratch.get(threads * (heads // kv_heads) * max_len)
-    shape = (batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len, dim**-0.5, threads)
+    buffer = scratch.get(threads * ATTENTION_TILE * (heads // kv_heads) * max_len)
+    sizes = (batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len)
+    shape = (*sizes, dim**-0.5, ATTENTION_TILE, threads)
     if k_scales is not None and v_scales is not None:  # an int8 cache
         scales: tuple[int | None, int | None] = (_ptr(k_scales), _ptr(v_scales))
         bits = 8

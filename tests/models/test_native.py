@@ -73,6 +73,29 @@ def test_paged_decode_attention_matches_per_sequence_sdpa(heads, kv_heads, dim, 
         assert torch.allclose(out[b], expected, atol=1e-5), f"sequence {b}"
 
 
+@needs_native
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
+def test_prompt_rows_attend_the_same_in_tiles_as_one_by_one(monkeypatch, kv_dtype):
+    """A prompt's rows (the same blocks, one token further each) go through the kernel in tiles;
+    each row's output is what it is alone, beside rows of other sequences (to rounding: a float32
+    chunk read in place sums its dots in another order than a partial one padded in a buffer)."""
+    gen = torch.Generator().manual_seed(4)
+    heads, kv_heads, dim, block = 9, 3, 64, 16
+    k = torch.randn(kv_heads, 12 * block, dim, generator=gen).to(kv_dtype)
+    v = torch.randn(kv_heads, 12 * block, dim, generator=gen).to(kv_dtype)
+    prompt, other = torch.tensor([7, 2, 9, 4, 0]), torch.tensor([3, 5, 1, 8, 6])
+    # 37 rows of one prompt, a decode row of another sequence, then 21 more rows of the first
+    table = torch.stack([prompt] * 37 + [other] + [prompt] * 21)
+    lengths = torch.cat([torch.arange(3, 40), torch.tensor([50]), torch.arange(40, 61)])
+    q = torch.randn(len(lengths), heads, dim, generator=gen)
+
+    def attend(tile: int) -> torch.Tensor:
+        monkeypatch.setattr(native, "ATTENTION_TILE", tile)
+        return native.paged_decode_attention(q, k, v, table, lengths, block, 61, native.DecodeScratch())
+
+    torch.testing.assert_close(attend(native.ATTENTION_TILE), attend(1), rtol=1e-6, atol=1e-6)
+
+
 def test_library_is_rebuilt_for_another_cpu(monkeypatch):
     here = native._library_path("gcc")
     other = hardware.CpuInfo("Other", "x86_64", frozenset({"avx512f"}), "AVX512", 2)
