@@ -36,7 +36,7 @@ from tenor.engine.block_manager import BlockManager
 from tenor.engine.kv_handoff import export_prompt_blocks, held_prefix_blocks, import_prompt_blocks
 from tenor.engine.model_loader import LoadedModel, load_model
 from tenor.engine.options import EngineOptions
-from tenor.engine.request_state import RequestState
+from tenor.engine.request_state import RequestState, post_outputs
 from tenor.engine.runner import ModelRunner
 from tenor.engine.sampling import sample
 from tenor.engine.scheduler import Scheduler, SchedulerConfig
@@ -413,10 +413,14 @@ class LLMEngine:
                     if state.export_skip_blocks is not None:
                         state.exported = export_prompt_blocks(self._runner.cache, seq, state.export_skip_blocks)
                     self._scheduler.finish(seq)
+        outputs = []
         for state in touched.values():
             if state.finished:  # retire first, so stats never count a request already answered
                 self._retire(state)
-            state.flush()
+            output = state.take_output()
+            if output is not None:
+                outputs.append((state, output))
+        post_outputs(outputs)
 
     def _retire(self, state: RequestState) -> None:
         for seq in state.seqs:

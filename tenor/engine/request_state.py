@@ -94,13 +94,20 @@ class RequestState:
         self.flush()
 
     def flush(self) -> None:
+        output = self.take_output()
+        if output is not None:
+            self._post(output)
+
+    def take_output(self) -> RequestOutput | None:
+        """The deltas since the last output, as one output (None when there are none), for a
+        caller that posts it itself (`post_outputs`)."""
         if not self._pending:
-            return
+            return None
         output = RequestOutput(
             self.request.request_id, tuple(self._pending), len(self.request.prompt_token_ids), self.finished
         )
         self._pending = []
-        self._post(output)
+        return output
 
     def fail(self, exc: Exception) -> None:
         self._done = [True] * len(self._done)
@@ -111,3 +118,22 @@ class RequestState:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
         except RuntimeError:  # the caller's loop is closed: nobody is listening
             pass
+
+
+def post_outputs(outputs: list[tuple[RequestState, RequestOutput]]) -> None:
+    """A step's outputs onto their callers' queues with one wake-up of each caller's loop: each
+    call_soon_threadsafe writes to the loop's self-pipe, and one a request cost ~3 % of a
+    32-stream step's thread."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, RequestOutput]]] = {}
+    for state, output in outputs:
+        by_loop.setdefault(state.loop, []).append((state.queue, output))
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_put_all, items)
+        except RuntimeError:  # the callers' loop is closed: nobody is listening
+            pass
+
+
+def _put_all(items: list[tuple[asyncio.Queue, RequestOutput]]) -> None:
+    for queue, output in items:
+        queue.put_nowait(output)
