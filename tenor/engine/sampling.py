@@ -15,6 +15,7 @@ from typing import Sequence
 import torch
 
 from tenor.engine.api import SamplingParams
+from tenor.models import native
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,7 @@ def sample(
     logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator | None]
 ) -> list[SampledToken]:
     """logits: [B, V] float32, one row per sequence."""
-    logprobs = torch.log_softmax(logits, dim=-1)
-    chosen = logits.argmax(dim=-1)
+    chosen, log_norm = _greedy_and_log_norm(logits)
     sampled_rows = [i for i, p in enumerate(params) if not p.greedy]
     if sampled_rows:
         rows = torch.tensor(sampled_rows)
@@ -49,16 +49,26 @@ def sample(
             logits.index_select(0, rows), [params[i] for i in sampled_rows], [generators[i] for i in sampled_rows]
         )
         chosen = chosen.index_copy(0, rows, picks)
-    chosen_logprobs = logprobs.gather(1, chosen[:, None])[:, 0].tolist()
+    chosen_logprobs = (logits.gather(1, chosen[:, None])[:, 0] - log_norm).tolist()
     chosen_ids = chosen.tolist()
     out = []
     for i, p in enumerate(params):
         top: tuple[tuple[int, float], ...] = ()
         if p.logprobs:
-            values, ids = logprobs[i].topk(p.logprobs)
+            values, ids = (logits[i] - log_norm[i]).topk(p.logprobs)
             top = tuple(zip(ids.tolist(), values.tolist()))
         out.append(SampledToken(chosen_ids[i], chosen_logprobs[i], top))
     return out
+
+
+def _greedy_and_log_norm(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's greedy pick and log-sum-exp (logprob = logit - log-sum-exp), in one native pass
+    where it can; torch's ops elsewhere and for rows holding nan or inf."""
+    if logits.device.type == "cpu" and logits.dtype == torch.float32 and native.available():
+        chosen, log_norm = native.argmax_logsumexp(logits.contiguous())
+        if bool(torch.isfinite(log_norm).all()):
+            return chosen, log_norm
+    return logits.argmax(dim=-1), torch.logsumexp(logits, dim=-1)
 
 
 def _sample_rows(

@@ -84,6 +84,7 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_rms_norm_f32.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, _F32, _I64]
     lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64, _I64]
     lib.tenor_silu_mul_bf16.argtypes = [_PTR, _PTR, _I64, _I64, _I64]
+    lib.tenor_argmax_logsumexp.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _I64]
     lib.tenor_paged_attention.argtypes = [_PTR] * 5 + [_I64] + [_PTR] * 4 + [_I64] * 8 + [_F32, _I64, _I64]
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 6
@@ -92,6 +93,7 @@ def library() -> ctypes.CDLL | None:
         lib.tenor_rms_norm_f32,
         lib.tenor_silu_mul_f32,
         lib.tenor_silu_mul_bf16,
+        lib.tenor_argmax_logsumexp,
         lib.tenor_paged_attention,
         lib.tenor_block_linear_f32,
         lib.tenor_rotary_kv_write_f32,
@@ -149,6 +151,15 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     kernel = _built().tenor_silu_mul_bf16 if gate_up.dtype == torch.bfloat16 else _built().tenor_silu_mul_f32
     kernel(_ptr(gate_up), _ptr(out), rows, inter, torch.get_num_threads())
     return out
+
+
+def argmax_logsumexp(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [R, V] float32 contiguous -> (each row's first largest index [R] int64, its log-sum-exp
+    [R] float32; nan for a row holding nan or +inf)."""
+    rows, vocab = logits.shape
+    best, lse = torch.empty(rows, dtype=torch.int64), torch.empty(rows)
+    _built().tenor_argmax_logsumexp(_ptr(logits), rows, vocab, _ptr(best), _ptr(lse), torch.get_num_threads())
+    return best, lse
 
 
 def rotary_kv_write(

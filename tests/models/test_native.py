@@ -52,6 +52,20 @@ def test_silu_mul_in_bf16_is_the_float32_kernel_between_two_conversions(rows):
 
 
 @needs_native
+@pytest.mark.parametrize("rows", [3, 40])  # 40 x 4099: split over threads
+def test_argmax_logsumexp_matches_torch(rows):
+    logits = torch.randn(rows, 4099, generator=torch.Generator().manual_seed(3)) * 6
+    logits[1, 10] = logits[1, 4000] = 99.0  # a tie: the first, as torch.argmax picks
+    logits[2, :] = -float("inf")
+    logits[2, 17] = 0.0  # a row with one finite logit
+    best, lse = native.argmax_logsumexp(logits)
+    assert torch.equal(best, logits.argmax(dim=-1))
+    torch.testing.assert_close(lse, torch.logsumexp(logits, dim=-1), rtol=1e-6, atol=1e-5)
+    logits[0, 5], logits[1, 6] = float("nan"), float("inf")
+    assert native.argmax_logsumexp(logits)[1][:2].isnan().all()  # the caller's cue for torch's ops
+
+
+@needs_native
 @pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (4, 4, 64), (8, 1, 64), (4, 2, 128), (3, 1, 80)])
 @pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
 def test_paged_decode_attention_matches_per_sequence_sdpa(heads, kv_heads, dim, kv_dtype):
