@@ -402,8 +402,9 @@ class LLMEngine:
                 state.finish_score(seq)
         if sample_seqs:
             states = [self._requests[seq.request_id] for seq in sample_seqs]
+            every_row = sample_rows == list(range(len(out.logits)))  # a decode step's: no copy
             picks = sample(
-                out.logits[sample_rows],
+                out.logits if every_row else out.logits[sample_rows],
                 [seq.sampling for seq in sample_seqs],
                 [st.generator(seq) for st, seq in zip(states, sample_seqs)],
             )
