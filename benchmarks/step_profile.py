@@ -46,7 +46,12 @@ def _instrument() -> None:
     _timed(llama, "silu_mul", "silu_mul")
     _timed(llama, "paged_attention", "attention")
     _timed(llama.native, "rotary_kv_write", "rotary_kv_write")
-    forward = layers.ParallelLinear.forward
+    for name in ("forward", "forward_bf16"):  # the float32 and the bf16-out entry of every linear
+        _timed_linear(name)
+
+
+def _timed_linear(name: str) -> None:
+    forward = getattr(layers.ParallelLinear, name)
 
     def linear(self, x):
         start = time.perf_counter()
@@ -55,7 +60,7 @@ def _instrument() -> None:
         finally:
             PARTS["lm_head" if self.out_features > 10000 else "linear"] += time.perf_counter() - start
 
-    layers.ParallelLinear.forward = linear  # type: ignore[method-assign]
+    setattr(layers.ParallelLinear, name, linear)
 
 
 async def _run(args: argparse.Namespace) -> None:
