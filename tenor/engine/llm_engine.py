@@ -12,6 +12,7 @@ import asyncio
 import gc
 import itertools
 import logging
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, AsyncIterator
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from tenor.dist.leader import GroupLeader
 
 log = logging.getLogger(__name__)
+GIL_SWITCH_INTERVAL_S = 0.0005  # see start()
 
 BLOCK_SIZE = 16
 STUCK_AFTER_S = 30.0
@@ -86,6 +88,11 @@ class LLMEngine:
         # two cores made each step twice as slow.
         loop = asyncio.get_running_loop()
         loaded: asyncio.Future = loop.create_future()
+        # The step thread wakes the event loop once a step; the loop's thread then holds the GIL
+        # through its batch of HTTP writes, up to the switch interval, while the step thread waits
+        # to start the next step. 0.5 ms instead of 5: +4-6 % output tok/s served at 32 streams
+        # (three interleaved pairs on a 2-core Zen 5; 0.2 ms was slower again).
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self._thread = threading.Thread(
             target=self._run, args=(loop, loaded), daemon=True, name=f"tenor-engine-{self.model_name}"
         )

@@ -57,6 +57,24 @@ def test_batched_equals_alone_and_health():
     assert all(len(t[0]) == 12 for t in alone)
 
 
+def test_a_started_engine_lets_the_event_loop_hand_back_the_gil_quickly():
+    import sys
+
+    from tenor.engine.llm_engine import GIL_SWITCH_INTERVAL_S
+
+    async def main():
+        engine = make_engine(warmup=False)
+        await engine.start()
+        await engine.stop()
+
+    sys.setswitchinterval(0.005)
+    try:
+        run(main())
+        assert sys.getswitchinterval() == pytest.approx(GIL_SWITCH_INTERVAL_S)
+    finally:
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+
+
 def test_chunked_prefill_and_preemption_do_not_change_tokens():
     long_servable = dataclasses.replace(TINY, max_prefill_predict_length=400, max_target_length=480)
     prompts = ["x" * 300, "y" * 120, "z" * 50]
