@@ -36,6 +36,7 @@ class PeerOptions:
     llama_slots: int = 32
     llama_server: Path | None = None  # None: $LLAMA_SERVER, then DEFAULT_LLAMA_SERVER, then PATH
     tenor_args: tuple[str, ...] = ()
+    llama_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.gguf.is_file():
@@ -101,6 +102,7 @@ def server_specs(names: list[str], options: PeerOptions) -> list[ServerSpec]:
                 "127.0.0.1",
                 "--port",
                 "{port}",
+                *options.llama_args,
             )
             specs.append(ServerSpec("llama.cpp", argv, "/health"))
         else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import dataclasses
 import statistics
 import time
 
@@ -64,7 +65,8 @@ def _timed_linear(name: str) -> None:
 
 
 async def _run(args: argparse.Namespace) -> None:
-    engine = LLMEngine(registry.get("llama.SmolLM2_135M_Instruct"), None, EngineOptions())
+    servable = dataclasses.replace(registry.get("llama.SmolLM2_135M_Instruct"), dtype=args.dtype, quantize=args.quantize)
+    engine = LLMEngine(servable, None, EngineOptions())
     await engine.start()
     print(engine.stats().runtime)
     prompts = [tuple(engine.tokenizer.encode(p)) for p in make_prompts(args.prompts)]
@@ -118,6 +120,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--dtype", default="auto", help="as `tenor serve --dtype`")
+    parser.add_argument("--quantize", default="auto", help="as `tenor serve --quantize`")
     args = parser.parse_args()
     _instrument()
     asyncio.run(_run(args))

@@ -53,11 +53,6 @@ class CpuInfo:
         return bool({"amx_bf16", "avx512_bf16", "bf16"} & self.flags)
 
     @property
-    def bf16_matrix_units(self) -> bool:
-        """AMX on x86, the BF16 extension on ARM: where a whole bf16 model beats float32."""
-        return "amx_bf16" in self.flags or (self.machine in ("aarch64", "arm64") and "bf16" in self.flags)
-
-    @property
     def isa(self) -> str:
         """The widest vector/matrix extensions, as users name them."""
         named = [
@@ -194,12 +189,13 @@ def choose_precision(
     if device == "cuda":
         return _cuda_precision(dtype, quantize)
     if dtype == "auto":
-        # Without matrix units, tenor's float32 decode kernels (where they run) beat a bf16 model.
+        # tenor's float32 decode kernels (where they run) beat a bf16 model, with AMX too
+        # (served on an AMX Xeon: 1.38x the tok/s at 1 stream, 1.36x at 32 streams).
         decode_kernels = fp16_kernel and native_kernels
-        if cpu.native_bf16 and (cpu.bf16_matrix_units or not decode_kernels):
+        if cpu.native_bf16 and not decode_kernels:
             dtype, why = "bfloat16", f"{cpu.isa} computes bf16 natively"
         elif cpu.native_bf16:
-            dtype, why = "float32", "native bf16 but no AMX: float32 decode kernels, bf16 big batches"
+            dtype, why = "float32", f"{cpu.isa}: float32 decode kernels, big batches in native bf16"
         else:
             dtype, why = "float32", "no native bf16 on this CPU (it would be emulated, ~10x slower)"
     else:

@@ -18,8 +18,11 @@ def test_specs_put_the_port_and_model_in_each_command(gguf, tmp_path):
     fake_llama = tmp_path / "llama-server"
     fake_llama.write_text("#!/bin/sh\n")
     fake_llama.chmod(0o755)
-    options = PeerOptions(gguf=gguf, threads=2, llama_slots=4, llama_server=fake_llama)
+    options = PeerOptions(
+        gguf=gguf, threads=2, llama_slots=4, llama_server=fake_llama, tenor_args=("--seed", "1"), llama_args=("-nr",)
+    )
     tenor, hf, llama = server_specs(["tenor", "hf", "llama"], options)
+    assert tenor.argv[-2:] == ("--seed", "1") and llama.argv[-1] == "-nr"
     assert tenor.ready_path == "/healthcheck" and "{port}" in tenor.argv and str(gguf) in tenor.argv
     assert hf.argv[1].endswith("hf_server.py") and "--threads" in hf.argv
     assert llama.name == "llama.cpp" and llama.argv[0] == str(fake_llama)
