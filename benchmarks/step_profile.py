@@ -65,7 +65,9 @@ def _timed_linear(name: str) -> None:
 
 
 async def _run(args: argparse.Namespace) -> None:
-    servable = dataclasses.replace(registry.get("llama.SmolLM2_135M_Instruct"), dtype=args.dtype, quantize=args.quantize)
+    servable = dataclasses.replace(
+        registry.get("llama.SmolLM2_135M_Instruct"), dtype=args.dtype, quantize=args.quantize
+    )
     engine = LLMEngine(servable, None, EngineOptions())
     await engine.start()
     print(engine.stats().runtime)
