@@ -181,6 +181,61 @@ static void weight_block(const uint8_t *block, int64_t bits, int16_t w[32]) {
 }
 #endif
 
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+/* A block's 32 weights as int16 in one register: 8-bit blocks widen; a 4-bit block's 16 bytes go
+ * to both halves of a 256-bit register, the upper half shifted down a nibble, so that the low
+ * nibbles w[0..15] come first and the high nibbles w[16..31] after, as x's block is laid out. */
+static inline __m512i block_weights_avx512(const uint8_t *wb, int64_t bits) {
+    if (bits == 8) return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)wb));
+    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wb));
+    const __m256i nibbles = _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0)),
+                                             _mm256_set1_epi8(15));
+    return _mm512_cvtepu8_epi16(nibbles);
+}
+
+/* acc[r] = one output's dot with row r of x (blocks of xq with steps xd and sums xsum), for the
+ * output's blocks wo with scales so and offsets fo. A block is one 512-bit register: its integer
+ * dot (pairs of int16 products in 16 int32 lanes) times its float step goes into one of two
+ * accumulators a row, even and odd blocks, so consecutive blocks do not wait on one another.
+ * The steps are multiplied out first, so the loop broadcasts them from memory. */
+static void block_dots_avx512(const uint8_t *wo, int64_t bits, const float *so, const float *fo, const int16_t *xq,
+                              const float *xd, const float *xsum, int64_t R, int64_t IN, float *acc) {
+    const int64_t nb = IN / 32, block_bytes = bits * 4;
+    float steps[8 * nb];
+    for (int64_t r = 0; r < R; r++) {
+        float offset = 0.0f;
+#pragma omp simd reduction(+ : offset)
+        for (int64_t blk = 0; blk < nb; blk++) {
+            steps[r * nb + blk] = so[blk] * xd[r * nb + blk];
+            offset += fo[blk] * xsum[r * nb + blk];
+        }
+        acc[r] = offset;
+    }
+    __m512 even[8], odd[8];
+    for (int64_t r = 0; r < R; r++) even[r] = odd[r] = _mm512_setzero_ps();
+    int64_t blk = 0;
+    for (; blk + 1 < nb; blk += 2) {
+        const __m512i w0 = block_weights_avx512(wo + blk * block_bytes, bits);
+        const __m512i w1 = block_weights_avx512(wo + (blk + 1) * block_bytes, bits);
+        for (int64_t r = 0; r < R; r++) {
+            const int16_t *xb = xq + r * IN + blk * 32;
+            const __m512i d0 = _mm512_madd_epi16(w0, _mm512_loadu_si512(xb));
+            const __m512i d1 = _mm512_madd_epi16(w1, _mm512_loadu_si512(xb + 32));
+            even[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_set1_ps(steps[r * nb + blk]), even[r]);
+            odd[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_set1_ps(steps[r * nb + blk + 1]), odd[r]);
+        }
+    }
+    if (blk < nb) {
+        const __m512i w0 = block_weights_avx512(wo + blk * block_bytes, bits);
+        for (int64_t r = 0; r < R; r++) {
+            const __m512i d0 = _mm512_madd_epi16(w0, _mm512_loadu_si512(xq + r * IN + blk * 32));
+            even[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_set1_ps(steps[r * nb + blk]), even[r]);
+        }
+    }
+    for (int64_t r = 0; r < R; r++) acc[r] += _mm512_reduce_add_ps(_mm512_add_ps(even[r], odd[r]));
+}
+#endif
+
 void tenor_block_linear_f32(const float *x, const uint8_t *w, int64_t bits, const float *scales,
                             const float *offsets, const float *bias, float *out, int64_t R, int64_t IN, int64_t OUT,
                             int64_t threads) {
@@ -209,7 +264,9 @@ void tenor_block_linear_f32(const float *x, const uint8_t *w, int64_t bits, cons
         const uint8_t *wo = w + o * nb * block_bytes;
         const float *so = scales + o * nb, *fo = offsets + o * nb;
         float acc[8] = {0};
-#ifdef __AVX2__
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+        block_dots_avx512(wo, bits, so, fo, xq, xd, xsum, R, IN, acc);
+#elif defined(__AVX2__)
         __m256 vacc[8];
         for (int64_t r = 0; r < R; r++) vacc[r] = _mm256_setzero_ps();
         const __m128i nibble = _mm_set1_epi8(15);
