@@ -174,12 +174,23 @@ static void float_linear(const float *x, const void *w, int64_t bits, const floa
  * instruction with AVX2, where converting every weight to float costs several. The offsets' share
  * uses the exact float sum of x over the block. IN must be a multiple of 32, R at most 8.
  *   bits 16, 32: float16 or float32 weights [OUT, IN] (no scales or offsets), through float_linear. */
-#ifndef __AVX2__
-static void weight_block(const uint8_t *block, int64_t bits, int16_t w[32]) {
-    for (int i = 0; i < 32; i++)
-        w[i] = bits == 8 ? (int16_t)(int8_t)block[i] : (int16_t)(i < 16 ? block[i] & 15 : block[i - 16] >> 4);
+
+/* For one output (block scales so, offsets fo): steps[r * nb + blk], the float factor of the
+ * block's integer dot with row r (weight step times x's step), and acc[r] = the offsets' share,
+ * sum over blocks of offset times x's block sum. Multiplied out before the dots, so that their
+ * loop reads each step from memory (a broadcast load) instead of computing it. */
+static inline void block_steps(const float *so, const float *fo, const float *xd, const float *xsum, int64_t R,
+                               int64_t nb, float *steps, float *acc) {
+    for (int64_t r = 0; r < R; r++) {
+        float offset = 0.0f;
+#pragma omp simd reduction(+ : offset)
+        for (int64_t blk = 0; blk < nb; blk++) {
+            steps[r * nb + blk] = so[blk] * xd[r * nb + blk];
+            offset += fo[blk] * xsum[r * nb + blk];
+        }
+        acc[r] = offset;
+    }
 }
-#endif
 
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
 /* A block's 32 weights as int16 in one register: 8-bit blocks widen; a 4-bit block's 16 bytes go
@@ -193,24 +204,13 @@ static inline __m512i block_weights_avx512(const uint8_t *wb, int64_t bits) {
     return _mm512_cvtepu8_epi16(nibbles);
 }
 
-/* acc[r] = one output's dot with row r of x (blocks of xq with steps xd and sums xsum), for the
- * output's blocks wo with scales so and offsets fo. A block is one 512-bit register: its integer
- * dot (pairs of int16 products in 16 int32 lanes) times its float step goes into one of two
- * accumulators a row, even and odd blocks, so consecutive blocks do not wait on one another.
- * The steps are multiplied out first, so the loop broadcasts them from memory. */
-static void block_dots_avx512(const uint8_t *wo, int64_t bits, const float *so, const float *fo, const int16_t *xq,
-                              const float *xd, const float *xsum, int64_t R, int64_t IN, float *acc) {
+/* acc[r] += one output's dot with row r of xq, for the output's blocks wo and their steps. A block
+ * is one register: its integer dot (pairs of int16 products in 16 int32 lanes) times its step
+ * goes into one of two accumulators a row, even and odd blocks, so that consecutive blocks do not
+ * wait on one another. Pairs of products sum to at most 2 * 128 * 32767: no overflow. */
+static void block_dots_avx512(const uint8_t *wo, int64_t bits, const int16_t *xq, const float *steps, int64_t R,
+                              int64_t IN, float *acc) {
     const int64_t nb = IN / 32, block_bytes = bits * 4;
-    float steps[8 * nb];
-    for (int64_t r = 0; r < R; r++) {
-        float offset = 0.0f;
-#pragma omp simd reduction(+ : offset)
-        for (int64_t blk = 0; blk < nb; blk++) {
-            steps[r * nb + blk] = so[blk] * xd[r * nb + blk];
-            offset += fo[blk] * xsum[r * nb + blk];
-        }
-        acc[r] = offset;
-    }
     __m512 even[8], odd[8];
     for (int64_t r = 0; r < R; r++) even[r] = odd[r] = _mm512_setzero_ps();
     int64_t blk = 0;
@@ -233,6 +233,71 @@ static void block_dots_avx512(const uint8_t *wo, int64_t bits, const float *so, 
         }
     }
     for (int64_t r = 0; r < R; r++) acc[r] += _mm512_reduce_add_ps(_mm512_add_ps(even[r], odd[r]));
+}
+#elif defined(__AVX2__)
+/* A block's weights 0..15 and 16..31 as int16, in two 256-bit registers. */
+static inline void block_weights_avx2(const uint8_t *wb, int64_t bits, __m256i *lo, __m256i *hi) {
+    if (bits == 8) {
+        *lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb));
+        *hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + 16)));
+        return;
+    }
+    const __m128i packed = _mm_loadu_si128((const __m128i *)wb), nibble = _mm_set1_epi8(15);
+    *lo = _mm256_cvtepu8_epi16(_mm_and_si128(packed, nibble));
+    *hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble));
+}
+
+/* One block's integer dot with 32 int16 of x, in 8 int32 lanes: sums of four products, at most
+ * 4 * 128 * 32767 a lane. */
+static inline __m256i block_dot_avx2(__m256i lo, __m256i hi, const int16_t *xb) {
+    return _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_loadu_si256((const __m256i *)xb)),
+                            _mm256_madd_epi16(hi, _mm256_loadu_si256((const __m256i *)(xb + 16))));
+}
+
+/* block_dots_avx512 on 256-bit registers, a block two of them. */
+static void block_dots_avx2(const uint8_t *wo, int64_t bits, const int16_t *xq, const float *steps, int64_t R,
+                            int64_t IN, float *acc) {
+    const int64_t nb = IN / 32, block_bytes = bits * 4;
+    __m256 even[8], odd[8];
+    for (int64_t r = 0; r < R; r++) even[r] = odd[r] = _mm256_setzero_ps();
+    int64_t blk = 0;
+    for (; blk + 1 < nb; blk += 2) {
+        __m256i lo0, hi0, lo1, hi1;
+        block_weights_avx2(wo + blk * block_bytes, bits, &lo0, &hi0);
+        block_weights_avx2(wo + (blk + 1) * block_bytes, bits, &lo1, &hi1);
+        for (int64_t r = 0; r < R; r++) {
+            const int16_t *xb = xq + r * IN + blk * 32;
+            const __m256 d0 = _mm256_cvtepi32_ps(block_dot_avx2(lo0, hi0, xb));
+            const __m256 d1 = _mm256_cvtepi32_ps(block_dot_avx2(lo1, hi1, xb + 32));
+            even[r] = _mm256_fmadd_ps(d0, _mm256_set1_ps(steps[r * nb + blk]), even[r]);
+            odd[r] = _mm256_fmadd_ps(d1, _mm256_set1_ps(steps[r * nb + blk + 1]), odd[r]);
+        }
+    }
+    if (blk < nb) {
+        __m256i lo0, hi0;
+        block_weights_avx2(wo + blk * block_bytes, bits, &lo0, &hi0);
+        for (int64_t r = 0; r < R; r++) {
+            const __m256 d0 = _mm256_cvtepi32_ps(block_dot_avx2(lo0, hi0, xq + r * IN + blk * 32));
+            even[r] = _mm256_fmadd_ps(d0, _mm256_set1_ps(steps[r * nb + blk]), even[r]);
+        }
+    }
+    for (int64_t r = 0; r < R; r++) acc[r] += lane_sum(_mm256_add_ps(even[r], odd[r]));
+}
+#else
+static void block_dots_scalar(const uint8_t *wo, int64_t bits, const int16_t *xq, const float *steps, int64_t R,
+                              int64_t IN, float *acc) {
+    const int64_t nb = IN / 32, block_bytes = bits * 4;
+    for (int64_t blk = 0; blk < nb; blk++) {
+        const uint8_t *wb = wo + blk * block_bytes;
+        for (int64_t r = 0; r < R; r++) {
+            int32_t dot = 0;
+            for (int i = 0; i < 32; i++) {
+                const int32_t wi = bits == 8 ? (int8_t)wb[i] : (i < 16 ? wb[i] & 15 : wb[i - 16] >> 4);
+                dot += wi * (int32_t)xq[r * IN + blk * 32 + i];
+            }
+            acc[r] += (float)dot * steps[r * nb + blk];
+        }
+    }
 }
 #endif
 
@@ -261,52 +326,14 @@ void tenor_block_linear_f32(const float *x, const uint8_t *w, int64_t bits, cons
         }
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t o = 0; o < OUT; o++) {
-        const uint8_t *wo = w + o * nb * block_bytes;
-        const float *so = scales + o * nb, *fo = offsets + o * nb;
-        float acc[8] = {0};
+        float acc[8], steps[R * nb];
+        block_steps(scales + o * nb, offsets + o * nb, xd, xsum, R, nb, steps, acc);
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
-        block_dots_avx512(wo, bits, so, fo, xq, xd, xsum, R, IN, acc);
+        block_dots_avx512(w + o * nb * block_bytes, bits, xq, steps, R, IN, acc);
 #elif defined(__AVX2__)
-        __m256 vacc[8];
-        for (int64_t r = 0; r < R; r++) vacc[r] = _mm256_setzero_ps();
-        const __m128i nibble = _mm_set1_epi8(15);
-        for (int64_t blk = 0; blk < nb; blk++) {
-            const uint8_t *wb = wo + blk * block_bytes;
-            __m256i w_lo, w_hi; /* weights 0..15 and 16..31 of the block as int16 */
-            if (bits == 8) {
-                w_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb));
-                w_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + 16)));
-            } else {
-                const __m128i packed = _mm_loadu_si128((const __m128i *)wb);
-                w_lo = _mm256_cvtepu8_epi16(_mm_and_si128(packed, nibble));
-                w_hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble));
-            }
-            for (int64_t r = 0; r < R; r++) {
-                const int16_t *xb = xq + r * IN + blk * 32;
-                /* Pairs of int16 products summed into int32: at most 4 * 128 * 32767 a lane. */
-                const __m256i sums = _mm256_add_epi32(
-                    _mm256_madd_epi16(w_lo, _mm256_loadu_si256((const __m256i *)xb)),
-                    _mm256_madd_epi16(w_hi, _mm256_loadu_si256((const __m256i *)(xb + 16))));
-                const __m256 dots = _mm256_cvtepi32_ps(sums);
-                vacc[r] = _mm256_fmadd_ps(dots, _mm256_set1_ps(so[blk] * xd[r * nb + blk]), vacc[r]);
-                acc[r] += fo[blk] * xsum[r * nb + blk];
-            }
-        }
-        for (int64_t r = 0; r < R; r++) {
-            float lanes[8];
-            _mm256_storeu_ps(lanes, vacc[r]);
-            acc[r] += ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-        }
+        block_dots_avx2(w + o * nb * block_bytes, bits, xq, steps, R, IN, acc);
 #else
-        for (int64_t blk = 0; blk < nb; blk++) {
-            int16_t wb[32];
-            weight_block(wo + blk * block_bytes, bits, wb);
-            for (int64_t r = 0; r < R; r++) {
-                int32_t dot = 0;
-                for (int i = 0; i < 32; i++) dot += (int32_t)wb[i] * (int32_t)xq[r * IN + blk * 32 + i];
-                acc[r] += (float)dot * so[blk] * xd[r * nb + blk] + fo[blk] * xsum[r * nb + blk];
-            }
-        }
+        block_dots_scalar(w + o * nb * block_bytes, bits, xq, steps, R, IN, acc);
 #endif
         for (int64_t r = 0; r < R; r++) out[r * OUT + o] = acc[r] + (bias ? bias[o] : 0.0f);
     }
