@@ -301,6 +301,20 @@ static void block_dots_scalar(const uint8_t *wo, int64_t bits, const int16_t *xq
 }
 #endif
 
+/* How many outputs ahead block_linear fetches weights, and the fetch: an output's blocks, scales
+ * and offsets are three streams, short ones (a 576-wide 4-bit row is 288 bytes), and every matrix
+ * of a decode step starts new ones; the hardware prefetchers ramp up on each too late. */
+#define PREFETCH_OUTPUTS 8
+static inline void fetch_output(const uint8_t *w, const float *scales, const float *offsets, int64_t o, int64_t nb,
+                                int64_t block_bytes) {
+    const char *q = (const char *)(w + o * nb * block_bytes);
+    for (int64_t at = 0; at < nb * block_bytes; at += 64) __builtin_prefetch(q + at);
+    for (int64_t at = 0; at < nb; at += 16) {
+        __builtin_prefetch(scales + o * nb + at);
+        __builtin_prefetch(offsets + o * nb + at);
+    }
+}
+
 void tenor_block_linear_f32(const float *x, const uint8_t *w, int64_t bits, const float *scales,
                             const float *offsets, const float *bias, float *out, int64_t R, int64_t IN, int64_t OUT,
                             int64_t threads) {
@@ -327,6 +341,7 @@ void tenor_block_linear_f32(const float *x, const uint8_t *w, int64_t bits, cons
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t o = 0; o < OUT; o++) {
         float acc[8], steps[R * nb];
+        if (o + PREFETCH_OUTPUTS < OUT) fetch_output(w, scales, offsets, o + PREFETCH_OUTPUTS, nb, block_bytes);
         block_steps(scales + o * nb, offsets + o * nb, xd, xsum, R, nb, steps, acc);
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
         block_dots_avx512(w + o * nb * block_bytes, bits, xq, steps, R, IN, acc);
