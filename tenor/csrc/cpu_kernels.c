@@ -126,15 +126,11 @@ static inline __m256 load8(const void *w, int64_t bits, int64_t i) {
  * weights, where FBGEMM's packed fp16 GEMM pays a per-call cost made for big batches and
  * F.linear at a few rows ran at under half the memory's speed on an AVX2 EPYC. Float32 products
  * and sums. R at most 8, IN a multiple of 8. */
-#define FLOAT_PREFETCH_OUTPUTS 2
 static void float_linear(const float *x, const void *w, int64_t bits, const float *bias, float *out, int64_t R,
                          int64_t IN, int64_t OUT, int64_t threads) {
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t o = 0; o < OUT; o++) {
-        const int64_t row_bytes = IN * bits / 8;
-        const char *wo = (const char *)w + o * row_bytes;
-        if (o + FLOAT_PREFETCH_OUTPUTS < OUT) /* as block_linear's fetch_output */
-            for (int64_t at = 0; at < row_bytes; at += 64) __builtin_prefetch(wo + FLOAT_PREFETCH_OUTPUTS * row_bytes + at);
+        const void *wo = bits == 16 ? (const void *)((const uint16_t *)w + o * IN) : (const void *)((const float *)w + o * IN);
         float acc[8] = {0};
 #if defined(__AVX2__) && defined(__F16C__)
         if (R == 1) { /* one stream: four chains, so the adds' latency does not bound the loop */
