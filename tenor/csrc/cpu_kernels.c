@@ -208,8 +208,9 @@ static inline __m512i block_weights_avx512(const uint8_t *wb, int64_t bits) {
  * is one register: its integer dot (pairs of int16 products in 16 int32 lanes) times its step
  * goes into one of two accumulators a row, even and odd blocks, so that consecutive blocks do not
  * wait on one another. Pairs of products sum to at most 2 * 128 * 32767: no overflow. */
-static void block_dots_avx512(const uint8_t *wo, int64_t bits, const int16_t *xq, const float *steps, int64_t R,
-                              int64_t IN, float *acc) {
+static inline __attribute__((always_inline)) void block_dots_avx512(const uint8_t *wo, int64_t bits,
+                                                                    const int16_t *xq, const float *steps, int64_t R,
+                                                                    int64_t IN, float *acc) {
     const int64_t nb = IN / 32, block_bytes = bits * 4;
     __m512 even[8], odd[8];
     for (int64_t r = 0; r < R; r++) even[r] = odd[r] = _mm512_setzero_ps();
@@ -255,8 +256,9 @@ static inline __m256i block_dot_avx2(__m256i lo, __m256i hi, const int16_t *xb) 
 }
 
 /* block_dots_avx512 on 256-bit registers, a block two of them. */
-static void block_dots_avx2(const uint8_t *wo, int64_t bits, const int16_t *xq, const float *steps, int64_t R,
-                            int64_t IN, float *acc) {
+static inline __attribute__((always_inline)) void block_dots_avx2(const uint8_t *wo, int64_t bits, const int16_t *xq,
+                                                                  const float *steps, int64_t R, int64_t IN,
+                                                                  float *acc) {
     const int64_t nb = IN / 32, block_bytes = bits * 4;
     __m256 even[8], odd[8];
     for (int64_t r = 0; r < R; r++) even[r] = odd[r] = _mm256_setzero_ps();
@@ -301,6 +303,31 @@ static void block_dots_scalar(const uint8_t *wo, int64_t bits, const int16_t *xq
 }
 #endif
 
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+#define BLOCK_DOTS block_dots_avx512
+#elif defined(__AVX2__)
+#define BLOCK_DOTS block_dots_avx2
+#else
+#define BLOCK_DOTS block_dots_scalar
+#endif
+
+/* The ISA's block dots with the row count a constant: the compiler then keeps every row's
+ * accumulators in registers (with R a variable they lived on the stack). */
+static void block_dots(const uint8_t *wo, int64_t bits, const int16_t *xq, const float *steps, int64_t R, int64_t IN,
+                       float *acc) {
+    switch (R) {
+    case 1: BLOCK_DOTS(wo, bits, xq, steps, 1, IN, acc); break;
+    case 2: BLOCK_DOTS(wo, bits, xq, steps, 2, IN, acc); break;
+    case 3: BLOCK_DOTS(wo, bits, xq, steps, 3, IN, acc); break;
+    case 4: BLOCK_DOTS(wo, bits, xq, steps, 4, IN, acc); break;
+    case 5: BLOCK_DOTS(wo, bits, xq, steps, 5, IN, acc); break;
+    case 6: BLOCK_DOTS(wo, bits, xq, steps, 6, IN, acc); break;
+    case 7: BLOCK_DOTS(wo, bits, xq, steps, 7, IN, acc); break;
+    default: BLOCK_DOTS(wo, bits, xq, steps, 8, IN, acc); break;
+    }
+}
+#undef BLOCK_DOTS
+
 /* How many outputs ahead block_linear fetches weights, and the fetch: an output's blocks, scales
  * and offsets are three streams, short ones (a 576-wide 4-bit row is 288 bytes), and every matrix
  * of a decode step starts new ones; the hardware prefetchers ramp up on each too late. */
@@ -343,13 +370,7 @@ void tenor_block_linear_f32(const float *x, const uint8_t *w, int64_t bits, cons
         float acc[8], steps[R * nb];
         if (o + PREFETCH_OUTPUTS < OUT) fetch_output(w, scales, offsets, o + PREFETCH_OUTPUTS, nb, block_bytes);
         block_steps(scales + o * nb, offsets + o * nb, xd, xsum, R, nb, steps, acc);
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
-        block_dots_avx512(w + o * nb * block_bytes, bits, xq, steps, R, IN, acc);
-#elif defined(__AVX2__)
-        block_dots_avx2(w + o * nb * block_bytes, bits, xq, steps, R, IN, acc);
-#else
-        block_dots_scalar(w + o * nb * block_bytes, bits, xq, steps, R, IN, acc);
-#endif
+        block_dots(w + o * nb * block_bytes, bits, xq, steps, R, IN, acc);
         for (int64_t r = 0; r < R; r++) out[r * OUT + o] = acc[r] + (bias ? bias[o] : 0.0f);
     }
     free(xq);
