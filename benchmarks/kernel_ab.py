@@ -1,0 +1,120 @@
+"""A/B of tenor's block matmul kernel (`tenor_block_linear_f32`) between two versions of
+tenor/csrc, in one process: each is compiled into its own library, and the two are called in
+turn on the same weights, so that the machine's drift touches both alike.
+
+    python benchmarks/kernel_ab.py --base HEAD~1 [--bits 4,8] [--rows 1,4,8] [--march native]
+
+--base is a git revision (its tenor/csrc, by `git archive`); the other side is the working
+tree's tenor/csrc. Each shape cycles through copies of its weights that together exceed the
+caches, as a decode step reads them from memory. Prints the median time of each side, their
+ratio and the largest difference between their outputs, relative to the output's largest value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import io
+import statistics
+import subprocess
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from tenor.models import native
+
+REPO = Path(__file__).resolve().parent.parent
+SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576))  # the default model's, OUT x IN
+COPIES_BYTES = 100_000_000  # per shape: well past the last-level cache
+
+
+def _build(csrc: Path, march: str, out: Path) -> ctypes.CDLL:
+    flags = [f"-march={march}" if f == "-march=native" else f for f in native.FLAGS]
+    subprocess.run(["gcc", *flags, "-o", str(out), *map(str, sorted(csrc.glob("*.c"))), "-lm"], check=True)
+    return ctypes.CDLL(str(out))
+
+
+def _base_csrc(rev: str, into: Path) -> Path:
+    archive = subprocess.run(["git", "archive", rev, "tenor/csrc"], cwd=REPO, capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "tenor" / "csrc"
+
+
+def _weights(out_features: int, in_features: int, bits: int) -> list[tuple[torch.Tensor, ...]]:
+    copies = max(1, min(30, COPIES_BYTES // (out_features * in_features)))
+    made: list[tuple[torch.Tensor, ...]] = []
+    for _ in range(copies):
+        q, scales, mins = native.quantize_u8_blocks(torch.randn(out_features, in_features) * 0.02)
+        if bits == 4:
+            nibbles = native.nibble_blocks((q // 17) * 17, scales, mins)  # every block a Q4_1 block
+            assert nibbles is not None
+            made.append(nibbles)
+        else:
+            packed, offsets = native.signed_blocks(q, scales, mins)
+            made.append((packed, scales, offsets))
+    return made
+
+
+def _call(lib: ctypes.CDLL, x: torch.Tensor, weights: tuple[torch.Tensor, ...], bits: int, out: torch.Tensor) -> None:
+    packed, scales, offsets = weights
+    rows, in_features = x.shape
+    lib.tenor_block_linear_f32(
+        *(ctypes.c_void_p(t.data_ptr()) for t in (x, packed)),
+        ctypes.c_int64(bits),
+        *(ctypes.c_void_p(t.data_ptr()) for t in (scales, offsets)),
+        None,
+        ctypes.c_void_p(out.data_ptr()),
+        *(ctypes.c_int64(n) for n in (rows, in_features, out.shape[1], torch.get_num_threads())),
+    )
+
+
+def compare(base: ctypes.CDLL, new: ctypes.CDLL, bits: int, rows: int, shape: tuple[int, int], repeats: int) -> str:
+    out_features, in_features = shape
+    copies = _weights(out_features, in_features, bits)
+    x = torch.randn(rows, in_features)
+    got = {}
+    for name, lib in (("base", base), ("new", new)):
+        got[name] = torch.empty(rows, out_features)
+        _call(lib, x, copies[0], bits, got[name])
+    diff = ((got["base"] - got["new"]).abs().max() / got["base"].abs().max()).item()
+    times: dict[str, list[float]] = {"base": [], "new": []}
+    for i in range(repeats):
+        for name, lib in (("base", base), ("new", new)):
+            start = time.perf_counter()
+            _call(lib, x, copies[i % len(copies)], bits, got[name])
+            times[name].append(time.perf_counter() - start)
+    b, n = statistics.median(times["base"]), statistics.median(times["new"])
+    return (
+        f"bits {bits} {out_features}x{in_features} rows {rows}: base {b * 1e6:.0f} us, new {n * 1e6:.0f} us, "
+        f"new/base {n / b:.2f}, largest difference {diff:.1e}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", default="HEAD", help="git revision whose tenor/csrc is the base")
+    parser.add_argument("--bits", default="4", help="comma list of 4, 8")
+    parser.add_argument("--rows", default="1,4,8", help="comma list, each 1..8")
+    parser.add_argument("--march", default="native", help="gcc -march for both builds, e.g. haswell")
+    parser.add_argument("--repeats", type=int, default=300)
+    args = parser.parse_args()
+    bits_list = [int(b) for b in args.bits.split(",")]
+    rows_list = [int(r) for r in args.rows.split(",")]
+    if not set(bits_list) <= {4, 8} or not all(1 <= r <= native.INT8_MAX_ROWS for r in rows_list):
+        parser.error(f"--bits takes 4 and 8, --rows 1..{native.INT8_MAX_ROWS}")
+    with tempfile.TemporaryDirectory() as tmp:
+        base = _build(_base_csrc(args.base, Path(tmp)), args.march, Path(tmp) / "base.so")
+        new = _build(REPO / "tenor" / "csrc", args.march, Path(tmp) / "new.so")
+        print(f"base {args.base} vs the working tree, -march={args.march}, {torch.get_num_threads()} threads")
+        for bits in bits_list:
+            for shape in SHAPES:
+                for rows in rows_list:
+                    print(compare(base, new, bits, rows, shape, args.repeats), flush=True)
+
+
+if __name__ == "__main__":
+    main()
