@@ -232,7 +232,7 @@ class PagedKVCache:
             torch.ones(num_layers, 2, num_kv_heads, slots, 1, dtype=dtype, device=device) if quantized else None
         )
         self._gathered = torch.empty(0, dtype=dtype, device=device)  # read_blocks' scratch, grown on demand
-        self.native_scratch = native.DecodeScratch()
+        self.native_scratch = native.AttentionScratch()
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """k, v: [T, K, E] for the tokens going to `slots` [T]."""
@@ -318,7 +318,7 @@ def native_cached_attention(
     in place by tenor's kernel: no gathered copy of any context."""
     scales = (cache.scales[layer, 0], cache.scales[layer, 1]) if cache.scales is not None else (None, None)
     k, v, size = cache.kv[layer, 0], cache.kv[layer, 1], cache.block_size
-    return native.paged_decode_attention(q, k, v, blocks, lengths, size, span, cache.native_scratch, *scales)
+    return native.paged_attention(q, k, v, blocks, lengths, size, span, cache.native_scratch, *scales)
 
 
 def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: AttentionBatch) -> torch.Tensor:

@@ -198,8 +198,8 @@ def rotary_kv_write(
     )
 
 
-class DecodeScratch:
-    """The score buffer decode attention writes, one slice a thread, grown on demand."""
+class AttentionScratch:
+    """The score buffer paged attention writes, one slice a thread, grown on demand."""
 
     def __init__(self) -> None:
         self.buffer = torch.empty(0)
@@ -215,7 +215,7 @@ class DecodeScratch:
 ATTENTION_TILE = 8
 
 
-def paged_decode_attention(
+def paged_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -223,7 +223,7 @@ def paged_decode_attention(
     lengths: torch.Tensor,
     block_size: int,
     max_len: int,
-    scratch: DecodeScratch,
+    scratch: AttentionScratch,
     k_scales: torch.Tensor | None = None,
     v_scales: torch.Tensor | None = None,
 ) -> torch.Tensor:
@@ -345,7 +345,7 @@ def llama_decode(
     slots: torch.Tensor,
     table: torch.Tensor,
     lengths: torch.Tensor,
-    scratch: DecodeScratch,
+    scratch: AttentionScratch,
     num_heads: int,
     intermediate_size: int,
     block_size: int,

@@ -68,7 +68,7 @@ def test_argmax_logsumexp_matches_torch(rows):
 @needs_native
 @pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (4, 4, 64), (8, 1, 64), (4, 2, 128), (3, 1, 80)])
 @pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
-def test_paged_decode_attention_matches_per_sequence_sdpa(heads, kv_heads, dim, kv_dtype):
+def test_paged_attention_matches_per_sequence_sdpa(heads, kv_heads, dim, kv_dtype):
     """Head dims 64 and 128 run unrolled copies of the kernel, others (80) the generic loop; a
     bf16 cache is read as the float32 values it holds."""
     gen = torch.Generator().manual_seed(2)
@@ -78,7 +78,7 @@ def test_paged_decode_attention_matches_per_sequence_sdpa(heads, kv_heads, dim, 
     table = torch.randperm(num_blocks, generator=gen)[: 4 * 8].view(4, 8)  # scattered blocks
     lengths = torch.tensor([1, 16, 17, 128])  # one token, a full block, one past it, all blocks
     q = torch.randn(4, heads, dim, generator=gen)
-    out = native.paged_decode_attention(q, *stored, table, lengths, block_size, 128, native.DecodeScratch())
+    out = native.paged_attention(q, *stored, table, lengths, block_size, 128, native.AttentionScratch())
     for b, length in enumerate(lengths.tolist()):
         slots = (table[b][:, None] * block_size + torch.arange(block_size)).reshape(-1)[:length]
         kb = k[:, slots].repeat_interleave(heads // kv_heads, 0)
@@ -105,7 +105,7 @@ def test_prompt_rows_attend_the_same_in_tiles_as_one_by_one(monkeypatch, kv_dtyp
 
     def attend(tile: int) -> torch.Tensor:
         monkeypatch.setattr(native, "ATTENTION_TILE", tile)
-        return native.paged_decode_attention(q, k, v, table, lengths, block, 61, native.DecodeScratch())
+        return native.paged_attention(q, k, v, table, lengths, block, 61, native.AttentionScratch())
 
     torch.testing.assert_close(attend(native.ATTENTION_TILE), attend(1), rtol=1e-6, atol=1e-6)
 
@@ -261,7 +261,7 @@ def test_rotary_kv_write_matches_rotary_then_cache_write(kv_dtype):
 
 
 @needs_native
-def test_paged_decode_attention_over_an_int8_cache_matches_its_dequantized_values():
+def test_paged_attention_over_an_int8_cache_matches_its_dequantized_values():
     from tenor.models.layers import PagedKVCache
 
     gen = torch.Generator().manual_seed(8)
@@ -272,7 +272,7 @@ def test_paged_decode_attention_over_an_int8_cache_matches_its_dequantized_value
     k, v = cache.read(0, torch.arange(8 * block_size))  # dequantized [K, S, E]
     table, lengths = torch.tensor([[3, 1, 6], [0, 7, 2]]), torch.tensor([40, 33])
     q = torch.randn(2, heads, dim, generator=gen)
-    out = native.paged_decode_attention(
+    out = native.paged_attention(
         q,
         cache.kv[0, 0],
         cache.kv[0, 1],
@@ -280,12 +280,12 @@ def test_paged_decode_attention_over_an_int8_cache_matches_its_dequantized_value
         lengths,
         block_size,
         48,
-        native.DecodeScratch(),
+        native.AttentionScratch(),
         cache.scales[0, 0],
         cache.scales[0, 1],
     )
-    expected = native.paged_decode_attention(
-        q, k.contiguous(), v.contiguous(), table, lengths, block_size, 48, native.DecodeScratch()
+    expected = native.paged_attention(
+        q, k.contiguous(), v.contiguous(), table, lengths, block_size, 48, native.AttentionScratch()
     )
     assert torch.allclose(out, expected, atol=1e-5)
 
