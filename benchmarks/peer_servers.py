@@ -37,6 +37,7 @@ class PeerOptions:
     llama_server: Path | None = None  # None: $LLAMA_SERVER, then DEFAULT_LLAMA_SERVER, then PATH
     tenor_args: tuple[str, ...] = ()
     llama_args: tuple[str, ...] = ()
+    tenor_as_avx2: bool = False  # tenor through benchmarks/avx2_proxy.py: the code an AVX2-only CPU runs
 
     def __post_init__(self) -> None:
         if not self.gguf.is_file():
@@ -59,10 +60,10 @@ def server_specs(names: list[str], options: PeerOptions) -> list[ServerSpec]:
     specs = []
     for name in names:
         if name == "tenor":
+            entry = (str(HERE / "avx2_proxy.py"),) if options.tenor_as_avx2 else ("-m", "tenor.cli.main")
             argv = (
                 sys.executable,
-                "-m",
-                "tenor.cli.main",
+                *entry,
                 "serve",
                 "--model",
                 str(options.gguf),

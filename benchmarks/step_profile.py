@@ -5,9 +5,7 @@ least C - 2 rows and for steps that carry prompt chunks.
 
     python benchmarks/step_profile.py [--concurrency 32] [--prompts 64] [--max-tokens 128] [--as-avx2]
 
---as-avx2 runs the code an AVX2-only CPU would on this one: tenor's CPU detection sees no
-AVX-512/AMX/VNNI flag (so it chooses as there), its kernels are built for Haswell, and torch and
-oneDNN are held to AVX2. A proxy only: the memory system and FBGEMM's kernels stay this host's.
+--as-avx2 runs the code an AVX2-only CPU would on this one (see benchmarks/avx2_proxy.py).
 
 The parts are timed by wrapping the model's Python-level calls, so each figure includes the
 dispatch around its kernel; their sum falls short of the step by the glue between them.
@@ -19,20 +17,22 @@ import argparse
 import asyncio
 import collections
 import dataclasses
-import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
-import tenor.hardware as hardware
-import tenor.models.layers as layers
-import tenor.models.llama as llama
-from tenor import registry
-from tenor.bench.prompts import make_prompts
-from tenor.engine.api import GenerateRequest, SamplingParams
-from tenor.engine.factory import EngineOptions
-from tenor.engine.llm_engine import LLMEngine
-from tenor.models import native
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import tenor.models.layers as layers  # noqa: E402
+import tenor.models.llama as llama  # noqa: E402
+from benchmarks.avx2_proxy import narrow_to_avx2  # noqa: E402
+from tenor import registry  # noqa: E402
+from tenor.bench.prompts import make_prompts  # noqa: E402
+from tenor.engine.api import GenerateRequest, SamplingParams  # noqa: E402
+from tenor.engine.factory import EngineOptions  # noqa: E402
+from tenor.engine.llm_engine import LLMEngine  # noqa: E402
 
 PARTS: collections.defaultdict[str, float] = collections.defaultdict(float)
 
@@ -125,34 +125,6 @@ async def _run(args: argparse.Namespace) -> None:
         print(f"{kind}, ms a step ({n} steps): " + ", ".join(f"{k} {1000 * v / n:.1f}" for k, v in counts.items()))
 
 
-AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-BEYOND_AVX2 = ("avx512", "amx", "avx_vnni", "avx_ifma", "avx_ne_convert")
-
-
-def _as_avx2() -> None:
-    """Re-runs this script with torch held to AVX2 (the variables are read once, at start), then
-    hides the wider flags from tenor's detection and builds its kernels for Haswell."""
-    if any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})
-    read = hardware._read
-
-    def narrowed(path: str) -> str:
-        text = read(path)
-        if path != "/proc/cpuinfo":
-            return text
-        lines = []
-        for line in text.splitlines():
-            key, sep, value = line.partition(":")
-            if key.strip() == "flags":
-                value = " " + " ".join(f for f in value.split() if not f.startswith(BEYOND_AVX2))
-            lines.append(key + sep + value)
-        return "\n".join(lines)
-
-    hardware._read = narrowed
-    hardware.cpu_info.cache_clear()
-    native.FLAGS = tuple("-march=haswell" if f == "-march=native" else f for f in native.FLAGS)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, default=32)
@@ -163,7 +135,7 @@ def main() -> None:
     parser.add_argument("--as-avx2", action="store_true", help="the code an AVX2-only CPU runs (see above)")
     args = parser.parse_args()
     if args.as_avx2:
-        _as_avx2()
+        narrow_to_avx2()
     _instrument()
     asyncio.run(_run(args))
 

@@ -30,6 +30,11 @@ def test_specs_put_the_port_and_model_in_each_command(gguf, tmp_path):
     assert int(llama.argv[llama.argv.index("-c") + 1]) >= 4 * 600  # room for prompt + 128 per slot
 
 
+def test_tenor_as_avx2_runs_through_the_proxy(gguf):
+    (tenor,) = server_specs(["tenor"], PeerOptions(gguf=gguf, tenor_as_avx2=True))
+    assert tenor.argv[1].endswith("avx2_proxy.py") and tenor.argv[2] == "serve" and "tenor.cli.main" not in tenor.argv
+
+
 def test_unknown_or_missing_servers_are_value_errors(gguf, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="unknown server"):
         server_specs(["vllm"], PeerOptions(gguf=gguf))
