@@ -4,6 +4,8 @@ float32 on the same GGUF (the reference of the correctness tests):
 - teacher-forced top-1 agreement: over every position of a few texts, fed one token a step
   through the decode path (so decode-only kernels, such as the int8 weights, are what is
   measured), the share of positions whose most likely next token equals HF's;
+- prefill top-1 agreement: the same texts each as one prompt (the big-batch GEMMs), the share of
+  positions whose most likely next token equals HF's;
 - greedy agreement: 32 greedy tokens through the engine for 10 prompts, how many equal HF's
   exactly, and the mean common prefix.
 
@@ -19,17 +21,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
+from pathlib import Path
 
 import torch
 
-from tenor import registry
-from tenor.checkpoints.default_model import default_gguf_path
-from tenor.engine.api import GenerateRequest, SamplingParams
-from tenor.engine.factory import EngineOptions
-from tenor.engine.llm_engine import LLMEngine
-from tenor.engine.model_loader import load_model
-from tenor.models.layers import AttentionBatch, PagedKVCache, PrefillSpan
-from tenor.tokenizer import load_tokenizer
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.avx2_proxy import narrow_to_avx2  # noqa: E402
+from tenor import registry  # noqa: E402
+from tenor.checkpoints.default_model import default_gguf_path  # noqa: E402
+from tenor.engine.api import GenerateRequest, SamplingParams  # noqa: E402
+from tenor.engine.factory import EngineOptions  # noqa: E402
+from tenor.engine.llm_engine import LLMEngine  # noqa: E402
+from tenor.engine.model_loader import load_model  # noqa: E402
+from tenor.models.layers import AttentionBatch, PagedKVCache, PrefillSpan  # noqa: E402
+from tenor.tokenizer import load_tokenizer  # noqa: E402
 
 TEXTS = [
     "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg",
@@ -104,6 +112,18 @@ def stepwise_logits(model, ids: list[int], quantized_kv: bool, device: str = "cp
     return torch.cat(rows)
 
 
+@torch.inference_mode()
+def prefill_logits(model, ids: list[int], device: str = "cpu") -> torch.Tensor:
+    """Logits [len(ids), V] on the CPU from one prefill of the whole text: the big-batch path."""
+    c = model.config
+    blocks = -(-len(ids) // BLOCK)
+    cache = PagedKVCache(c.num_layers, blocks, BLOCK, c.num_kv_heads, c.head_dim, model.embed.dtype, False, device)
+    n, at = len(ids), torch.device(device)
+    batch = AttentionBatch(torch.arange(n), 0, None, None, [PrefillSpan(0, n, 0, None)], native=model.native_kernels)
+    moved = [torch.tensor(x).to(at) for x in (ids, list(range(n)), list(range(n)))]
+    return model(moved[0], moved[1], cache, batch.to(at), moved[2]).cpu()
+
+
 async def engine_greedy(servable, options: EngineOptions, prompts: list[list[int]]) -> list[list[int]]:
     engine = LLMEngine(servable, None, options)
     await engine.start()
@@ -135,6 +155,10 @@ def measure(precision: str, tokenizer, reference_logits, reference_greedy, devic
         got = stepwise_logits(loaded.model, tokenizer.encode(text), quantized_kv, device)
         agree += (got.argmax(-1) == ref.argmax(-1)).sum().item()
         total += ref.shape[0]
+    prefill_agree = 0
+    for text, ref in zip(TEXTS, reference_logits):
+        got = prefill_logits(loaded.model, tokenizer.encode(text), device)
+        prefill_agree += (got.argmax(-1) == ref.argmax(-1)).sum().item()
     prompts = [tokenizer.encode(p) for p in PROMPTS]
     options = EngineOptions(kv_cache_bytes=256 << 20, warmup=False, quantize_kv_cache=quantized_kv, device=device)
     greedy = asyncio.run(engine_greedy(servable, options, prompts))
@@ -145,6 +169,7 @@ def measure(precision: str, tokenizer, reference_logits, reference_greedy, devic
         "weights": loaded.precision.weights,
         "teacher_forced_top1": agree / total,
         "positions": total,
+        "prefill_top1": prefill_agree / total,
         "greedy_identical": sum(p == NEW_TOKENS for p in prefixes),
         "prompts": len(PROMPTS),
         "mean_common_prefix": sum(prefixes) / len(prefixes),
@@ -157,7 +182,10 @@ def main() -> None:
     parser.add_argument("--precisions", default="float32/none,float32/fp16,float32/int8,float32/int8+kv8,bfloat16/none")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where tenor runs (HF: the CPU)")
     parser.add_argument("--json-out")
+    parser.add_argument("--as-avx2", action="store_true", help="as on an AVX2-only CPU (benchmarks/avx2_proxy.py)")
     args = parser.parse_args()
+    if args.as_avx2:
+        narrow_to_avx2()
     from tenor.hardware import cpu_info
 
     tokenizer = load_tokenizer(default_gguf_path())
@@ -166,11 +194,12 @@ def main() -> None:
     precisions = [p for p in args.precisions.split(",") if p]
     rows = [measure(p, tokenizer, reference_logits, reference_greedy, args.device) for p in precisions]
     print(f"accuracy against HF transformers float32, tenor on {args.device}, CPU {cpu.model_name} ({cpu.isa})")
-    print("| precision | weights | teacher-forced top-1 | greedy 32 identical | mean common prefix |")
-    print("|---|---|---|---|---|")
+    print("| precision | weights | teacher-forced top-1 | prefill top-1 | greedy 32 identical | mean common prefix |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['precision']} | {r['weights']} | {r['teacher_forced_top1']:.1%} of {r['positions']} | "
+            f"{r['prefill_top1']:.1%} | "
             f"{r['greedy_identical']} of {r['prompts']} | {r['mean_common_prefix']:.1f} |"
         )
     if args.json_out:

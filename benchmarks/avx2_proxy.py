@@ -1,7 +1,7 @@
 """Runs tenor as an AVX2-only CPU would, on a wider one: tenor's CPU detection sees no AVX-512,
 AMX or VNNI flag (so it chooses dtype and kernels as there), its kernels are built for Haswell,
-and torch and oneDNN are held to AVX2. A proxy for the code paths only: the memory system, the
-clock and FBGEMM's kernels (which pick their own) stay this host's.
+and torch, oneDNN, FBGEMM and MKL are held to AVX2. A proxy for the code paths only: the memory
+system and the clock stay this host's.
 
     python benchmarks/avx2_proxy.py serve [flags]     # any tenor command line
     python benchmarks/step_profile.py --as-avx2 ...   # in process
@@ -13,7 +13,12 @@ import os
 import sys
 from pathlib import Path
 
-AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+AVX2_ENV = {  # torch's own kernels, oneDNN, FBGEMM and MKL each pick their instructions apart
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}
 BEYOND_AVX2 = ("avx512", "amx", "avx_vnni", "avx_ifma", "avx_ne_convert")
 
 
@@ -29,8 +34,8 @@ def narrow_cpuinfo(text: str) -> str:
 
 
 def narrow_to_avx2() -> None:
-    """Re-runs this process with torch held to AVX2 if it is not yet (torch reads the variables
-    once, at start), then narrows tenor's CPU detection and kernel build. Call before any engine
+    """Re-runs this process with the libraries held to AVX2 if it is not yet (they read the
+    variables once, at start), then narrows tenor's CPU detection and kernel build. Call before any engine
     starts."""
     if any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **AVX2_ENV})
