@@ -291,12 +291,11 @@ static void block_dots_scalar(const uint8_t *wo, int64_t bits, const int16_t *xq
     const int64_t nb = IN / 32, block_bytes = bits * 4;
     for (int64_t blk = 0; blk < nb; blk++) {
         const uint8_t *wb = wo + blk * block_bytes;
+        int32_t wi[32]; /* the block's weights, unpacked once for all rows */
+        for (int i = 0; i < 32; i++) wi[i] = bits == 8 ? (int8_t)wb[i] : (i < 16 ? wb[i] & 15 : wb[i - 16] >> 4);
         for (int64_t r = 0; r < R; r++) {
             int32_t dot = 0;
-            for (int i = 0; i < 32; i++) {
-                const int32_t wi = bits == 8 ? (int8_t)wb[i] : (i < 16 ? wb[i] & 15 : wb[i - 16] >> 4);
-                dot += wi * (int32_t)xq[r * IN + blk * 32 + i];
-            }
+            for (int i = 0; i < 32; i++) dot += wi[i] * (int32_t)xq[r * IN + blk * 32 + i];
             acc[r] += (float)dot * steps[r * nb + blk];
         }
     }
