@@ -80,15 +80,20 @@ def hf_reference(tokenizer) -> tuple[list[torch.Tensor], list[list[int]]]:
     return logits, greedy
 
 
+def _cache(model, tokens: int, quantized_kv: bool, device: str) -> PagedKVCache:
+    """A cache of just enough blocks for `tokens`, laid out for `model`."""
+    c = model.config
+    blocks = -(-tokens // BLOCK)
+    return PagedKVCache(
+        c.num_layers, blocks, BLOCK, c.num_kv_heads, c.head_dim, model.embed.dtype, quantized_kv, device
+    )
+
+
 @torch.inference_mode()
 def stepwise_logits(model, ids: list[int], quantized_kv: bool, device: str = "cpu") -> torch.Tensor:
     """Logits [len(ids), V] on the CPU: the first token prefilled, every later one a decode step."""
-    c = model.config
-    blocks = -(-len(ids) // BLOCK)
-    cache = PagedKVCache(
-        c.num_layers, blocks, BLOCK, c.num_kv_heads, c.head_dim, model.embed.dtype, quantized_kv, device
-    )
-    table = torch.arange(blocks)[None]
+    cache = _cache(model, len(ids), quantized_kv, device)
+    table = torch.arange(cache.num_blocks)[None]
     at = torch.device(device)
 
     def run(ids_now: list[int], pos: int, batch: AttentionBatch) -> torch.Tensor:
@@ -113,11 +118,9 @@ def stepwise_logits(model, ids: list[int], quantized_kv: bool, device: str = "cp
 
 
 @torch.inference_mode()
-def prefill_logits(model, ids: list[int], device: str = "cpu") -> torch.Tensor:
+def prefill_logits(model, ids: list[int], quantized_kv: bool, device: str = "cpu") -> torch.Tensor:
     """Logits [len(ids), V] on the CPU from one prefill of the whole text: the big-batch path."""
-    c = model.config
-    blocks = -(-len(ids) // BLOCK)
-    cache = PagedKVCache(c.num_layers, blocks, BLOCK, c.num_kv_heads, c.head_dim, model.embed.dtype, False, device)
+    cache = _cache(model, len(ids), quantized_kv, device)
     n, at = len(ids), torch.device(device)
     batch = AttentionBatch(torch.arange(n), 0, None, None, [PrefillSpan(0, n, 0, None)], native=model.native_kernels)
     moved = [torch.tensor(x).to(at) for x in (ids, list(range(n)), list(range(n)))]
@@ -150,15 +153,12 @@ def measure(precision: str, tokenizer, reference_logits, reference_greedy, devic
     quantized_kv = extra == "kv8"
     servable = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype=dtype, quantize=quantize or "auto")
     loaded = load_model(servable, None, device=device)
-    agree = total = 0
+    agree = prefill_agree = total = 0
     for text, ref in zip(TEXTS, reference_logits):
-        got = stepwise_logits(loaded.model, tokenizer.encode(text), quantized_kv, device)
-        agree += (got.argmax(-1) == ref.argmax(-1)).sum().item()
+        ids, best = tokenizer.encode(text), ref.argmax(-1)
+        agree += (stepwise_logits(loaded.model, ids, quantized_kv, device).argmax(-1) == best).sum().item()
+        prefill_agree += (prefill_logits(loaded.model, ids, quantized_kv, device).argmax(-1) == best).sum().item()
         total += ref.shape[0]
-    prefill_agree = 0
-    for text, ref in zip(TEXTS, reference_logits):
-        got = prefill_logits(loaded.model, tokenizer.encode(text), device)
-        prefill_agree += (got.argmax(-1) == ref.argmax(-1)).sum().item()
     prompts = [tokenizer.encode(p) for p in PROMPTS]
     options = EngineOptions(kv_cache_bytes=256 << 20, warmup=False, quantize_kv_cache=quantized_kv, device=device)
     greedy = asyncio.run(engine_greedy(servable, options, prompts))

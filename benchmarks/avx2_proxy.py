@@ -35,8 +35,8 @@ def narrow_cpuinfo(text: str) -> str:
 
 def narrow_to_avx2() -> None:
     """Re-runs this process with the libraries held to AVX2 if it is not yet (they read the
-    variables once, at start), then narrows tenor's CPU detection and kernel build. Call before any engine
-    starts."""
+    variables once, at start), then narrows tenor's CPU detection and kernel build. Call before
+    any engine starts."""
     if any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **AVX2_ENV})
     import tenor.hardware as hardware
