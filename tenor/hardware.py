@@ -11,8 +11,10 @@ the CPUs we meet (benchmarks/RESULTS.md):
   decode steps (tenor's own kernel, tenor/csrc; a GGUF Q4_1 or Q8_0 block is held exactly) and
   with a 2-byte copy for prefill and many streams: bf16 through oneDNN where the CPU computes
   bf16 natively (AVX512-BF16: ~2x FBGEMM at 64-256 rows), else float16 (FBGEMM's fp16 GEMM);
-  without a C compiler, float16 alone. Accuracy against HF transformers in float32 on the default
-  model: benchmarks/accuracy.py, figures in RESULTS.md.
+  without a C compiler, float16 alone. On AVX2-only CPUs 4-bit (Q4_1) weights instead take
+  tenor's int8 GEMM for those batches (activations in int8 per block of 32, as llama.cpp's).
+  Accuracy against HF transformers in float32 on the default model: benchmarks/accuracy.py,
+  figures in RESULTS.md.
 
 On a CUDA device (`--device cuda`, or `auto` where torch sees one) activations are bfloat16 and
 weights dense: GPUs compute bf16 natively, and the int8/fp16 weight kernels above are CPU code.
@@ -36,7 +38,8 @@ DEVICE_CHOICES = ("auto", "cpu", "cuda")
 WEIGHT_LABELS = {
     "dense": "weights in the activation dtype",
     "fp16": "float16 weights, read in place by tenor's kernel for decode, bf16 (oneDNN) or FBGEMM's fp16 for prefill",
-    "int8": "int8 weights in blocks of 32 for decode (tenor's kernel), bf16 (oneDNN) or float16 (FBGEMM) for prefill",
+    "int8": "int8 weights in blocks of 32 for decode (tenor's kernel), bf16 (oneDNN) or float16 (FBGEMM) for prefill "
+    "(4-bit weights on AVX2-only CPUs: tenor's int8 GEMM)",
 }
 
 

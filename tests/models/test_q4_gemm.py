@@ -1,0 +1,97 @@
+"""The 4-bit weights' int8 GEMM (tenor/csrc/q4_gemm.c): against its integer reference and the float
+product, its layout, and where tenor chooses it."""
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tenor import hardware
+from tenor.models import kernels, native
+from tenor.models.kernels import Int8BlockKernel, Q4GemmKernel, q4_gemm_applies
+from tests.models.test_native import q4_1_weight
+
+needs_simd = pytest.mark.skipif(
+    not native.q4_gemm_simd(), reason="tenor's kernels not built, or built without AVX2 (q4_gemm's vector path)"
+)
+
+
+def q4_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A Q4_1 weight as (levels 0..15, scales, mins), as Int8BlockKernel hands it over."""
+    q, scales, mins = native.quantize_u8_blocks(weight)
+    assert not bool((q % 17).any())
+    return q // 17, scales * 17.0, mins
+
+
+def integer_reference(x, levels, scales, mins, bias):
+    """What the kernel computes: x to int8 per block of 32 (absmax / 127, rounded half to even),
+    exact integer dots, each scaled by both steps, plus each minimum times x's float block sum."""
+    rows, in_features = x.shape
+    blocks = x.view(rows, in_features // 32, 32)
+    step = blocks.abs().amax(dim=-1, keepdim=True) / 127.0
+    xq = torch.round(blocks / step.clamp(min=1e-30))
+    w = levels.view(levels.shape[0], in_features // 32, 32).double()
+    dots = torch.einsum("rbi,obi->rob", xq.double(), w)
+    out = (dots * scales[None].double() * step[:, None, :, 0].double()).sum(-1)
+    out += blocks.sum(-1).double() @ mins.double().T
+    return (out if bias is None else out + bias.double()).float()
+
+
+@needs_simd
+@pytest.mark.parametrize("rows", [1, 5, 6, 7, 30, 100])  # whole and partial tiles of 6; 30, 100: several chunks
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_q4_gemm_matches_its_integer_reference_and_the_float_product(rows, with_bias):
+    gen = torch.Generator().manual_seed(rows)
+    weight = q4_1_weight(24, 96, seed=rows)
+    bias = torch.randn(24, generator=gen) if with_bias else None
+    levels, scales, mins = q4_levels(weight)
+    packed, tile_scales, tile_mins = native.q4_gemm_pack(levels, scales, mins)
+    assert packed.shape == (3, 3, 256) and tile_scales.shape == tile_mins.shape == (3, 3, 8)
+    x = torch.randn(rows, 96, generator=gen)
+    x[0, :32] *= 50.0  # one block far larger than the rest: steps are per block, not per row
+    got = native.q4_gemm(x, packed, tile_scales, tile_mins, bias)
+    expected = integer_reference(x, levels, scales, mins, bias)
+    assert got.shape == (rows, 24)
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-4)
+    float_product = F.linear(x, weight, bias)  # what int8 activations cost: half a step of x a weight
+    assert (got - float_product).abs().max() <= 0.02 * float_product.abs().max()
+
+
+def test_pack_puts_four_inputs_of_eight_outputs_in_each_step():
+    levels = (torch.arange(16 * 64) % 16).to(torch.uint8).view(16, 64)
+    levels[9, 37] = 3  # output 9 is tile 1's output 1; input 37 is block 1, step 1, input 1
+    scales, mins = torch.rand(16, 2), torch.rand(16, 2)
+    packed, tile_scales, tile_mins = native.q4_gemm_pack(levels, scales, mins)
+    assert packed[1, 1, 32 * 1 + 4 * 1 + 1] == 3
+    assert tile_scales[1, 1, 1] == scales[9, 1] and tile_mins[1, 0, 7] == mins[15, 0]
+    with pytest.raises(ValueError, match="multiple of 8"):
+        native.q4_gemm_pack(levels[:12], scales[:12], mins[:12])
+
+
+AVX2_ONLY = dataclasses.replace(hardware.cpu_info(), flags=frozenset({"avx2", "fma"}))
+
+
+@needs_simd
+def test_q4_weights_take_the_int8_gemm_for_big_batches_on_avx2_only_cpus(monkeypatch):
+    monkeypatch.setattr(hardware, "cpu_info", lambda: AVX2_ONLY)
+    weight, bias = q4_1_weight(48, 64, seed=8), torch.randn(48)
+    kernel = Int8BlockKernel(weight, bias)
+    assert kernel.bits == 4 and isinstance(kernel.batched, Q4GemmKernel)
+    assert kernel.nbytes() == 48 * 64 // 2 + 48 * 64 + 4 * (4 * 48 * 2) + 2 * 4 * 48  # nibbles, bytes, scales, biases
+    x = torch.randn(2, 20, 64)
+    out = kernel(x)
+    assert out.shape == (2, 20, 48)
+    assert (out - F.linear(x, weight, bias)).abs().max() <= 0.02 * out.abs().max()
+    eight_bit = Int8BlockKernel(torch.randn(48, 64) * 0.05, None)  # not Q4_1 blocks: the library GEMM
+    assert not isinstance(eight_bit.batched, Q4GemmKernel)
+
+
+def test_the_int8_gemm_is_chosen_only_on_avx2_cpus_without_avx512(monkeypatch):
+    monkeypatch.setattr(kernels.native, "q4_gemm_simd", lambda: True)
+    for flags, expected in [({"avx2", "fma"}, True), ({"avx2", "avx512f"}, False), ({"asimd"}, False)]:
+        cpu = dataclasses.replace(hardware.cpu_info(), flags=frozenset(flags))
+        monkeypatch.setattr(hardware, "cpu_info", lambda cpu=cpu: cpu)
+        assert q4_gemm_applies(64) is expected, flags
+    monkeypatch.setattr(hardware, "cpu_info", lambda: AVX2_ONLY)
+    assert not q4_gemm_applies(60)  # not whole tiles of 8 outputs
