@@ -1,20 +1,30 @@
 """The GEMMs behind big batches (prefill, many streams) on this CPU, float32 in and out:
-FBGEMM's fp16-weight GEMM against oneDNN in bf16 (packed weight), for the default model's
-linear shapes. Which one wins decides `tenor.models.kernels.batched_kernel`.
+FBGEMM's fp16-weight GEMM against oneDNN in bf16 (packed weight) and tenor's int8 GEMM for
+4-bit weights (tenor/csrc/q4_gemm.c), for the default model's linear shapes. Which one wins
+decides `tenor.models.kernels.batched_kernel` and `q4_gemm_applies`.
 
-    python benchmarks/batch_gemm.py [--rows 16,64,256] [--repeats 20]
+    python benchmarks/batch_gemm.py [--rows 16,64,256] [--repeats 20] [--as-avx2]
 
 oneDNN bf16 is skipped where this torch or CPU lacks it; on CPUs without native bf16 it is
-emulated and slow, which is the point of measuring it.
+emulated and slow, which is the point of measuring it. The int8 GEMM is skipped where tenor's
+kernels are not built with its vector path (AVX2). --as-avx2: the code an AVX2-only CPU runs
+(benchmarks/avx2_proxy.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tenor.models import native  # noqa: E402
 
 # (out, in) of SmolLM2-135M's linears: qkv, o, gate_up, down, LM head
 SHAPES = [(1728, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576)]
@@ -35,14 +45,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default="16,64,256")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--as-avx2", action="store_true", help="as on an AVX2-only CPU")
     args = parser.parse_args()
+    if args.as_avx2:
+        from benchmarks.avx2_proxy import narrow_to_avx2
+
+        narrow_to_avx2()
     from tenor.hardware import configure_threads, cpu_info
 
     threads = configure_threads()
     cpu = cpu_info()
     print(f"CPU {cpu.model_name} ({cpu.isa}), {threads} threads")
-    print("| shape (out x in) | rows | FBGEMM fp16 ms | oneDNN bf16 ms | fp16 / bf16 |")
-    print("|---|---|---|---|---|")
+    print("| shape (out x in) | rows | FBGEMM fp16 ms | oneDNN bf16 ms | fp16 / bf16 | q4 int8 ms | fp16 / q4 |")
+    print("|---|---|---|---|---|---|---|")
     warnings.simplefilter("ignore")  # FBGEMM's prepack warns about quantized tensors it does not use
     for out_features, in_features in SHAPES:
         weight = torch.randn(out_features, in_features) * 0.05
@@ -51,17 +66,27 @@ def main() -> None:
             bf16 = torch.ops.mkldnn._reorder_linear_weight(weight.bfloat16(), 1)
         except (AttributeError, RuntimeError):
             bf16 = None
+        levels = torch.randint(0, 16, (out_features, in_features), dtype=torch.uint8)
+        steps = torch.rand(out_features, in_features // 32) * 0.01
+        q4 = native.q4_gemm_pack(levels, steps, -8 * steps) if native.q4_gemm_simd() else None
         for rows in (int(r) for r in args.rows.split(",")):
             x = torch.randn(rows, in_features)
             a = median_ms(lambda: torch.ops.quantized.linear_dynamic_fp16(x, fp16), args.repeats)
+            row = f"| {out_features}x{in_features} | {rows} | {a:.3f} |"
             if bf16 is None:
-                print(f"| {out_features}x{in_features} | {rows} | {a:.3f} | - | - |")
-                continue
-            b = median_ms(
-                lambda: torch.ops.mkldnn._linear_pointwise(x.bfloat16(), bf16, None, "none", [], "").float(),
-                args.repeats,
-            )
-            print(f"| {out_features}x{in_features} | {rows} | {a:.3f} | {b:.3f} | {a / b:.2f}x |")
+                row += " - | - |"
+            else:
+                b = median_ms(
+                    lambda: torch.ops.mkldnn._linear_pointwise(x.bfloat16(), bf16, None, "none", [], "").float(),
+                    args.repeats,
+                )
+                row += f" {b:.3f} | {a / b:.2f}x |"
+            if q4 is None:
+                row += " - | - |"
+            else:
+                c = median_ms(lambda: native.q4_gemm(x, *q4, None), args.repeats)
+                row += f" {c:.3f} | {a / c:.2f}x |"
+            print(row)
 
 
 if __name__ == "__main__":
