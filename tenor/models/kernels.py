@@ -17,8 +17,9 @@ Each kernel owns its weight in the layout its library wants and computes x @ W.T
   and a minimum each, `Fp16DecodeKernel` float16 weights (both with bf16 through oneDNN for big
   batches where the CPU computes bf16 natively, else FBGEMM fp16), `Float32DecodeKernel` float32
   weights (oneDNN or F.linear for big batches; one copy).
-- `Q4GemmKernel`: 4-bit (Q4_1) weights through tenor's int8 GEMM, the big batches' kernel of
-  `Int8BlockKernel` on AVX2-only CPUs (x in int8 per block of 32; 1.3-1.8x FBGEMM's fp16 there).
+- `Int8GemmKernel`: block weights through tenor's int8 GEMM, the big batches' kernel of
+  `Int8BlockKernel` on AVX2-only CPUs (x in int8 per block of 32; faster than FBGEMM's fp16 there,
+  benchmarks/RESULTS.md).
 - `Int8WeightOnlyKernel`: int8 weights with per-row scales (`tenor convert --quantize int8`),
   through torch's fused CPU kernel.
 """
@@ -184,35 +185,33 @@ class DecodeKernel(LinearKernel):
         return self.batched.nbytes() + _nbytes(self.q, self.scales, self.offsets, self.bias)
 
 
-class Q4GemmKernel(LinearKernel):
-    """4-bit weights (GGUF Q4_1 blocks) through tenor's int8 GEMM (tenor/csrc/q4_gemm.c): the
-    big batches' kernel where the CPU has AVX2 but no native bf16. x is quantized to int8 per
-    block of 32, as llama.cpp's activations; 0.75 bytes a weight with the scales."""
+class Int8GemmKernel(LinearKernel):
+    """Block weights (4- or 8-bit levels) through tenor's int8 GEMM (tenor/csrc/int8_gemm.c): the
+    big batches' kernel of `Int8BlockKernel` on AVX2-only CPUs. x is quantized to int8 per block
+    of 32, as llama.cpp's activations; one byte a weight and 0.25 for the steps and offsets."""
 
-    name = "q4"
+    name = "int8_gemm"
 
-    def __init__(self, levels: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, bias: torch.Tensor | None):
-        self.packed, self.scales, self.mins = native.q4_gemm_pack(levels, scales, mins)
-        self.out_features = levels.shape[0]
+    def __init__(self, weights: native.Int8GemmWeights, bias: torch.Tensor | None) -> None:
+        self.weights = weights
         self.bias = None if bias is None else bias.float().contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1]).float().contiguous()
-        flat = native.q4_gemm(flat, self.packed, self.scales, self.mins, self.bias)
-        return flat.view(*x.shape[:-1], self.out_features)
+        flat = native.int8_gemm(x.reshape(-1, x.shape[-1]).float().contiguous(), self.weights, self.bias)
+        return flat.view(*x.shape[:-1], self.weights.out_features)
 
     def nbytes(self) -> int:
-        return _nbytes(self.packed, self.scales, self.mins, self.bias)
+        return _nbytes(self.weights.levels, self.weights.steps, self.weights.offsets, self.bias)
 
 
-def q4_gemm_applies(out_features: int) -> bool:
-    """Whether 4-bit weights take Q4GemmKernel for big batches here: an AVX2 CPU without AVX-512
+def int8_gemm_applies(out_features: int) -> bool:
+    """Whether block weights take Int8GemmKernel for big batches here: an AVX2 CPU without AVX-512
     (where FBGEMM's fp16 GEMM has twice the lanes; not measured there) and so without native bf16,
     the kernel's vector path built, and OUT a multiple of its 8-output tiles."""
     from tenor.hardware import cpu_info
 
     flags = cpu_info().flags
-    return out_features % 8 == 0 and "avx2" in flags and "avx512f" not in flags and native.q4_gemm_simd()
+    return out_features % 8 == 0 and "avx2" in flags and "avx512f" not in flags and native.int8_gemm_simd()
 
 
 class Int8BlockKernel(DecodeKernel):
@@ -226,16 +225,17 @@ class Int8BlockKernel(DecodeKernel):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         q, scales, mins = native.quantize_u8_blocks(weight)
         nibbles = native.nibble_blocks(q, scales, mins)
-        if nibbles is not None and q4_gemm_applies(weight.shape[0]):
-            batched: LinearKernel = Q4GemmKernel(q // 17, scales * 17.0, mins, bias)
+        if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
+            bits, levels, steps, offsets = 4, q // 17, nibbles[1], nibbles[2]
+        else:
+            bits, steps, (levels, offsets) = 8, scales, native.signed_blocks(q, scales, mins)
+        if bits == 4 and int8_gemm_applies(weight.shape[0]):
+            batched: LinearKernel = Int8GemmKernel(native.int8_gemm_pack(levels, bits, steps, offsets), bias)
         else:
             batched = batched_kernel(weight, bias)
         super().__init__(batched, weight.shape[0], bias)
-        if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
-            self.bits, (self.q, self.scales, self.offsets) = 4, nibbles
-        else:
-            self.bits, self.scales = 8, scales
-            self.q, self.offsets = native.signed_blocks(q, scales, mins)
+        self.bits, self.scales, self.offsets = bits, steps, offsets
+        self.q = nibbles[0] if nibbles is not None else levels
 
 
 class Fp16DecodeKernel(DecodeKernel):

@@ -11,6 +11,7 @@ TENOR_NATIVE_KERNELS=0 to use torch's ops only.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -95,8 +96,8 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 6
     lib.tenor_llama_decode_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 6 + [_I64] * 11 + [_F32, _I64]
-    lib.tenor_q4_gemm_f32.argtypes = [_PTR] * 7 + [_I64] * 4
-    lib.tenor_q4_gemm_simd.argtypes, lib.tenor_q4_gemm_simd.restype = [], _I64
+    lib.tenor_int8_gemm_f32.argtypes = [_PTR, _PTR, _I64] + [_PTR] * 5 + [_I64] * 4
+    lib.tenor_int8_gemm_simd.argtypes, lib.tenor_int8_gemm_simd.restype = [], _I64
     for fn in (
         lib.tenor_rms_norm_f32,
         lib.tenor_silu_mul_f32,
@@ -106,7 +107,7 @@ def library() -> ctypes.CDLL | None:
         lib.tenor_block_linear_f32,
         lib.tenor_rotary_kv_write_f32,
         lib.tenor_llama_decode_f32,
-        lib.tenor_q4_gemm_f32,
+        lib.tenor_int8_gemm_f32,
     ):
         fn.restype = None
     return lib
@@ -339,48 +340,60 @@ def block_linear(
     return out
 
 
-def q4_gemm_simd() -> bool:
-    """Whether the built library has q4_gemm's vector path (AVX2): where it lacks it, q4_gemm runs
-    its portable reference, slower than torch's GEMMs."""
-    return available() and bool(_built().tenor_q4_gemm_simd())
+def int8_gemm_simd() -> bool:
+    """Whether the built library has int8_gemm's vector path (AVX2): where it lacks it, int8_gemm
+    runs its portable form, slower than torch's GEMMs."""
+    return available() and bool(_built().tenor_int8_gemm_simd())
 
 
-def q4_gemm_pack(
-    levels: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """4-bit weights W ~= levels * scale + min (levels uint8 [OUT, IN] in 0..15; scales, mins
-    [OUT, IN / 32]; OUT a multiple of 8) -> q4_gemm's layout (see tenor/csrc/q4_gemm.c): packed
-    uint8 [OUT / 8, IN / 32, 128], scales and mins [OUT / 8, IN / 32, 8]."""
+@dataclasses.dataclass(frozen=True)
+class Int8GemmWeights:
+    """A weight in int8_gemm's layout (see tenor/csrc/int8_gemm.c): levels uint8 [OUT / 8, IN / 32,
+    256], steps and offsets [OUT / 8, IN / 32, 8]; bits 4 (levels 0..15) or 8 (-128..127)."""
+
+    levels: torch.Tensor
+    bits: int
+    steps: torch.Tensor
+    offsets: torch.Tensor
+
+    @property
+    def out_features(self) -> int:
+        return self.levels.shape[0] * 8
+
+
+def int8_gemm_pack(levels: torch.Tensor, bits: int, steps: torch.Tensor, offsets: torch.Tensor) -> Int8GemmWeights:
+    """Block weights W ~= level * step + offset (levels [OUT, IN]: uint8 0..15 for bits 4, int8 for
+    bits 8; steps, offsets [OUT, IN / 32]; OUT a multiple of 8) in int8_gemm's layout."""
     out_features, in_features = levels.shape
     if out_features % 8 or in_features % INT8_BLOCK:
-        raise ValueError(f"q4_gemm needs OUT a multiple of 8 and IN of 32, got {out_features} x {in_features}")
+        raise ValueError(f"int8_gemm needs OUT a multiple of 8 and IN of 32, got {out_features} x {in_features}")
+    if bits not in (4, 8):
+        raise ValueError(f"int8_gemm takes 4- or 8-bit levels, not {bits}")
     tiles, blocks = out_features // 8, in_features // INT8_BLOCK
     # [tile, output, block, step, input] -> [tile, block, step, output, input]
-    packed = levels.reshape(tiles, 8, blocks, 8, 4).permute(0, 2, 3, 1, 4)
-    by_tile = [t.reshape(tiles, 8, blocks).transpose(1, 2).contiguous().float() for t in (scales, mins)]
-    return packed.reshape(tiles, blocks, 256).contiguous(), by_tile[0], by_tile[1]
+    grouped = levels.view(torch.uint8).reshape(tiles, 8, blocks, 8, 4).permute(0, 2, 3, 1, 4)
+    by_tile = [t.reshape(tiles, 8, blocks).transpose(1, 2).contiguous().float() for t in (steps, offsets)]
+    return Int8GemmWeights(grouped.reshape(tiles, blocks, 256).contiguous(), bits, by_tile[0], by_tile[1])
 
 
-def q4_gemm(
-    x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, bias: torch.Tensor | None
-) -> torch.Tensor:
-    """x [R, IN] float32 contiguous -> x @ W.T (+ bias) [R, OUT] for W in q4_gemm_pack's layout, x
-    quantized to int8 per block of 32 inside the kernel."""
+def int8_gemm(x: torch.Tensor, weights: Int8GemmWeights, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [R, IN] float32 contiguous -> x @ W.T (+ bias) [R, OUT], x quantized to int8 per block of
+    32 inside the kernel."""
     rows, in_features = x.shape
-    out_features = packed.shape[0] * 8
-    out = torch.empty(rows, out_features)
+    out = torch.empty(rows, weights.out_features)
     scratch = torch.empty(rows * in_features + 8 * rows * (in_features // INT8_BLOCK), dtype=torch.uint8)
-    _built().tenor_q4_gemm_f32(
+    _built().tenor_int8_gemm_f32(
         _ptr(x),
-        _ptr(packed),
-        _ptr(scales),
-        _ptr(mins),
+        _ptr(weights.levels),
+        weights.bits,
+        _ptr(weights.steps),
+        _ptr(weights.offsets),
         None if bias is None else _ptr(bias),
         _ptr(out),
         _ptr(scratch),
         rows,
         in_features,
-        out_features,
+        weights.out_features,
         torch.get_num_threads(),
     )
     return out

@@ -1,0 +1,208 @@
+/* The block weights' GEMM for big batches (prompts, many streams) on AVX2 CPUs without native bf16.
+ *
+ * Weights in blocks of 32 along IN, each block with a step and an offset: W ~= level * step + offset,
+ * levels 0..15 (bits 4: GGUF Q4_1 blocks) or -128..127 (bits 8: Q8_0 and any 8-bit block), repacked
+ * at load by tenor/models/native.py for eight outputs at a time (int8_gemm_pack). Rows of x are
+ * quantized to int8 per block of 32 (absmax / 127 steps, as llama.cpp's Q8 activations), so a
+ * block's product is an integer dot: vpmaddubsw multiplies 32 weight levels by 32 int8 of x and
+ * adds pairs, one instruction for what float32 FMAs take four. On an AVX2-only CPU the float
+ * GEMMs (FBGEMM's fp16) are bound by those FMAs; see benchmarks/RESULTS.md for what this gives and
+ * what it costs in accuracy.
+ *
+ * Layout, for output tile t (outputs 8t..8t+7) and block b: 256 bytes, eight steps of 32; step s
+ * holds inputs 4s..4s+3 of the block for the eight outputs, byte 4o + i the level of output o,
+ * input 4s + i, one level a byte (unpacking nibbles cost more than the bytes it saved: the tile's
+ * weights stay in L1 while every row reads them). Steps and offsets: [OUT / 8, IN / 32, 8].
+ */
+#include <stdlib.h>
+
+#include "kernels.h"
+
+/* Rows of the batch a tile computes at once: six rows' two accumulators each, a step's weights
+ * and x's broadcast fit AVX2's sixteen registers. */
+#define TILE_ROWS 6
+/* Rows whose int8 x (and block scales) stay in L1 while every output tile reads them. */
+#define ROW_CHUNK 24
+
+#ifdef __AVX2__
+/* One block of 32 floats -> 32 int8 (rounded to nearest even) at step absmax / 127; returns the
+ * step and sets *sum to the block's float sum. */
+static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], amax = _mm256_setzero_ps(), total = _mm256_setzero_ps();
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_loadu_ps(xb + 8 * j);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
+        total = _mm256_add_ps(total, v[j]);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(total), _mm256_extractf128_ps(total, 1));
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+    *sum = _mm_cvtss_f32(s4);
+    const float d = _mm_cvtss_f32(m4) / 127.0f;
+    const __m256 inv = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+    __m256i i[4];
+    for (int j = 0; j < 4; j++) i[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], inv));
+    /* packs work within 128-bit lanes: the permute puts the four groups of 8 back in order */
+    const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+    _mm256_storeu_si256((__m256i *)qb, _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    return d;
+}
+#else
+static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
+    float total = 0.0f, amax = 0.0f;
+    for (int i = 0; i < 32; i++) {
+        total += xb[i];
+        amax = fmaxf(amax, fabsf(xb[i]));
+    }
+    const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < 32; i++) qb[i] = (int8_t)nearbyintf(xb[i] * inv);
+    *sum = total;
+    return d;
+}
+#endif
+
+/* x [R, IN] -> xq int8 [R, IN], xd [R, IN / 32] (the step of each block: absmax / 127) and xsum
+ * [R, IN / 32] (each block's float sum, for the weights' offsets: exact, not from xq). */
+static void quantize_rows(const float *x, int8_t *xq, float *xd, float *xsum, int64_t R, int64_t IN,
+                          int64_t threads) {
+    const int64_t blocks = R * (IN / 32);
+#pragma omp parallel for schedule(static) num_threads(threads) if (R * IN >= (1 << 16))
+    for (int64_t rb = 0; rb < blocks; rb++) xd[rb] = quantize_block(x + rb * 32, xq + rb * 32, xsum + rb);
+}
+
+#ifdef __AVX2__
+/* A block's integer dots for rows [0, R), eight outputs in each row's 8 int32 lanes.
+ * bits 4: levels 0..15 are the unsigned operand; a pair of products is at most 2 * 15 * 127, so
+ *   the 8 steps add up in int16 (30480 at most) and widen once.
+ * bits 8: levels are signed, so x takes their signs and the product their magnitudes (at most 128
+ *   * 127 a product, 32512 a pair); each step widens. */
+static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, const int8_t *xb, int64_t IN,
+                                                             int64_t R, int64_t bits, __m256i *dots) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t r = 0; r < R; r++) dots[r] = _mm256_setzero_si256();
+    for (int step = 0; step < 8; step++) {
+        const __m256i levels = _mm256_loadu_si256((const __m256i *)(wb + 32 * step));
+        const __m256i magnitudes = bits == 8 ? _mm256_abs_epi8(levels) : levels;
+        for (int64_t r = 0; r < R; r++) {
+            int32_t x4;
+            __builtin_memcpy(&x4, xb + r * IN + 4 * step, 4);
+            const __m256i x = _mm256_set1_epi32(x4);
+            if (bits == 8)
+                dots[r] = _mm256_add_epi32(
+                    dots[r], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(x, levels)), ones));
+            else
+                dots[r] = _mm256_add_epi16(dots[r], _mm256_maddubs_epi16(levels, x));
+        }
+    }
+    if (bits == 4)
+        for (int64_t r = 0; r < R; r++) dots[r] = _mm256_madd_epi16(dots[r], ones);
+}
+
+/* out rows [0, R) x the eight outputs of one tile, R and bits constants at each call site so that
+ * every row's accumulators live in registers: per block, dot * weight step * x step + offset * x's
+ * block sum. */
+static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, const float *steps,
+                                                            const float *offsets, const int8_t *xq, const float *xd,
+                                                            const float *xsum, const float *bias, float *out,
+                                                            int64_t R, int64_t bits, int64_t nb, int64_t OUT) {
+    __m256 acc[TILE_ROWS];
+    for (int64_t r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    const int64_t IN = nb * 32;
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i dots[TILE_ROWS];
+        block_dots(wt + b * 256, xq + b * 32, IN, R, bits, dots);
+        const __m256 step = _mm256_loadu_ps(steps + b * 8), offset = _mm256_loadu_ps(offsets + b * 8);
+        for (int64_t r = 0; r < R; r++) {
+            const __m256 sums = _mm256_cvtepi32_ps(dots[r]);
+            acc[r] = _mm256_fmadd_ps(sums, _mm256_mul_ps(step, _mm256_set1_ps(xd[r * nb + b])), acc[r]);
+            acc[r] = _mm256_fmadd_ps(offset, _mm256_set1_ps(xsum[r * nb + b]), acc[r]);
+        }
+    }
+    const __m256 add = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+    for (int64_t r = 0; r < R; r++) _mm256_storeu_ps(out + r * OUT, _mm256_add_ps(acc[r], add));
+}
+#endif
+
+/* The portable form of gemm_tile, one output at a time, for builds without AVX2 (tenor does not
+ * choose the kernel there: this is slower than torch's GEMMs). */
+static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float *offsets, const int8_t *xq,
+                             const float *xd, const float *xsum, const float *bias, float *out, int64_t R,
+                             int64_t bits, int64_t nb, int64_t OUT) {
+    const int64_t IN = nb * 32;
+    for (int64_t r = 0; r < R; r++)
+        for (int o = 0; o < 8; o++) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                int32_t dot = 0;
+                for (int step = 0; step < 8; step++)
+                    for (int i = 0; i < 4; i++) {
+                        const uint8_t level = wt[b * 256 + 32 * step + 4 * o + i];
+                        dot += (bits == 8 ? (int8_t)level : level) * xq[r * IN + b * 32 + 4 * step + i];
+                    }
+                acc += (float)dot * (steps[b * 8 + o] * xd[r * nb + b]) + offsets[b * 8 + o] * xsum[r * nb + b];
+            }
+            out[r * OUT + o] = acc + (bias ? bias[o] : 0.0f);
+        }
+}
+
+#define GEMM_TILE(rows)                                                                                   \
+    case rows:                                                                                         \
+        if (bits == 8)                                                                                 \
+            gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, 8, nb, OUT);                  \
+        else                                                                                           \
+            gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, 4, nb, OUT);                  \
+        return;
+
+static void gemm_rows(const uint8_t *wt, const float *steps, const float *offsets, const int8_t *xq,
+                      const float *xd, const float *xsum, const float *bias, float *out, int64_t R, int64_t bits,
+                      int64_t nb, int64_t OUT) {
+#ifdef __AVX2__
+    switch (R) {
+        GEMM_TILE(6)
+        GEMM_TILE(5)
+        GEMM_TILE(4)
+        GEMM_TILE(3)
+        GEMM_TILE(2)
+        GEMM_TILE(1)
+    }
+#endif
+    gemm_tile_scalar(wt, steps, offsets, xq, xd, xsum, bias, out, R, bits, nb, OUT);
+}
+
+/* Whether this build has the vector path (tenor chooses the kernel only where it does). */
+int64_t tenor_int8_gemm_simd(void) {
+#ifdef __AVX2__
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* out [R, OUT] = x [R, IN] @ W.T (+ bias) for W packed as above with `bits` 4 or 8; OUT a multiple
+ * of 8, IN of 32. scratch: at least R * IN + 8 * R * (IN / 32) bytes, for x quantized. */
+void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const float *steps, const float *offsets,
+                         const float *bias, float *out, uint8_t *scratch, int64_t R, int64_t IN, int64_t OUT,
+                         int64_t threads) {
+    const int64_t nb = IN / 32, tiles = OUT / 8;
+    int8_t *xq = (int8_t *)scratch;
+    float *xd = (float *)(scratch + R * IN), *xsum = xd + R * nb;
+    quantize_rows(x, xq, xd, xsum, R, IN, threads);
+#pragma omp parallel num_threads(threads)
+    for (int64_t chunk = 0; chunk < R; chunk += ROW_CHUNK) {
+        const int64_t chunk_end = chunk + ROW_CHUNK < R ? chunk + ROW_CHUNK : R;
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tiles; t++) {
+            const uint8_t *wt = w + t * nb * 256;
+            const float *st = steps + t * nb * 8, *ot = offsets + t * nb * 8, *bt = bias ? bias + 8 * t : NULL;
+            for (int64_t r = chunk; r < chunk_end; r += TILE_ROWS) {
+                const int64_t rows = chunk_end - r < TILE_ROWS ? chunk_end - r : TILE_ROWS;
+                gemm_rows(wt, st, ot, xq + r * IN, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows, bits, nb,
+                        OUT);
+            }
+        }
+    }
+}
