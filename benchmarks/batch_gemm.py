@@ -1,7 +1,7 @@
 """The GEMMs behind big batches (prefill, many streams) on this CPU, float32 in and out:
 FBGEMM's fp16-weight GEMM against oneDNN in bf16 (packed weight) and tenor's int8 GEMM for
-4- and 8-bit block weights (tenor/csrc/int8_gemm.c), for the default model's linear shapes. Which
-one wins decides `tenor.models.kernels.batched_kernel` and `int8_gemm_applies`.
+4-bit weights (tenor/csrc/int8_gemm.c), for the default model's linear shapes. Which one wins
+decides `tenor.models.kernels.batched_kernel` and `int8_gemm_applies`.
 
     python benchmarks/batch_gemm.py [--rows 16,64,256] [--repeats 20] [--as-avx2]
 
@@ -56,9 +56,7 @@ def main() -> None:
     threads = configure_threads()
     cpu = cpu_info()
     print(f"CPU {cpu.model_name} ({cpu.isa}), {threads} threads")
-    print(
-        "| shape (out x in) | rows | FBGEMM fp16 ms | oneDNN bf16 ms | fp16 / bf16 | int8 ms, 4 / 8-bit | fp16 / int8 |"
-    )
+    print("| shape (out x in) | rows | FBGEMM fp16 ms | oneDNN bf16 ms | fp16 / bf16 | int8 GEMM ms | fp16 / int8 |")
     print("|---|---|---|---|---|---|---|")
     warnings.simplefilter("ignore")  # FBGEMM's prepack warns about quantized tensors it does not use
     for out_features, in_features in SHAPES:
@@ -68,12 +66,9 @@ def main() -> None:
             bf16 = torch.ops.mkldnn._reorder_linear_weight(weight.bfloat16(), 1)
         except (AttributeError, RuntimeError):
             bf16 = None
+        levels = torch.randint(0, 16, (out_features, in_features), dtype=torch.uint8)
         steps = torch.rand(out_features, in_features // 32) * 0.01
-        int8 = []
-        if native.int8_gemm_simd():
-            for bits, low, high in ((4, 0, 16), (8, -128, 128)):
-                levels = torch.randint(low, high, (out_features, in_features)).to(torch.int8)
-                int8.append(native.int8_gemm_pack(levels, bits, steps, -8 * steps))
+        int8 = native.int8_gemm_pack(levels, steps, -8 * steps) if native.int8_gemm_simd() else None
         for rows in (int(r) for r in args.rows.split(",")):
             x = torch.randn(rows, in_features)
             a = median_ms(lambda: torch.ops.quantized.linear_dynamic_fp16(x, fp16), args.repeats)
@@ -86,11 +81,11 @@ def main() -> None:
                     args.repeats,
                 )
                 row += f" {b:.3f} | {a / b:.2f}x |"
-            if not int8:
+            if int8 is None:
                 row += " - | - |"
             else:
-                c = [median_ms(lambda w=w: native.int8_gemm(x, w, None), args.repeats) for w in int8]
-                row += f" {c[0]:.3f} / {c[1]:.3f} | {a / c[0]:.2f}x / {a / c[1]:.2f}x |"
+                c = median_ms(lambda: native.int8_gemm(x, int8, None), args.repeats)
+                row += f" {c:.3f} | {a / c:.2f}x |"
             print(row)
 
 

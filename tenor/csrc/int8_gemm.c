@@ -1,13 +1,14 @@
-/* The block weights' GEMM for big batches (prompts, many streams) on AVX2 CPUs without native bf16.
+/* The 4-bit weights' GEMM for big batches (prompts, many streams) on AVX2 CPUs without native bf16.
  *
  * Weights in blocks of 32 along IN, each block with a step and an offset: W ~= level * step + offset,
- * levels 0..15 (bits 4: GGUF Q4_1 blocks) or -128..127 (bits 8: Q8_0 and any 8-bit block), repacked
- * at load by tenor/models/native.py for eight outputs at a time (int8_gemm_pack). Rows of x are
- * quantized to int8 per block of 32 (absmax / 127 steps, as llama.cpp's Q8 activations), so a
- * block's product is an integer dot: vpmaddubsw multiplies 32 weight levels by 32 int8 of x and
+ * levels 0..15 (GGUF Q4_1 blocks), repacked at load by tenor/models/native.py for eight outputs at
+ * a time (int8_gemm_pack). Rows of x are quantized to int8 per block of 32 (absmax / 127 steps, as
+ * llama.cpp's Q8 activations), so a block's product is an integer dot: vpmaddubsw multiplies 32 weight levels by 32 int8 of x and
  * adds pairs, one instruction for what float32 FMAs take four. On an AVX2-only CPU the float
  * GEMMs (FBGEMM's fp16) are bound by those FMAs; see benchmarks/RESULTS.md for what this gives and
- * what it costs in accuracy.
+ * what it costs in accuracy. (8-bit levels through the same dots, signs moved onto x, ran 1.0-1.4x
+ * FBGEMM's fp16, and the 8-bit LM head in int8 cost the default model 5 % of its top-1 agreement:
+ * 8-bit weights keep the float GEMMs.)
  *
  * Layout, for output tile t (outputs 8t..8t+7) and block b: 256 bytes, eight steps of 32; step s
  * holds inputs 4s..4s+3 of the block for the eight outputs, byte 4o + i the level of output o,
@@ -21,7 +22,7 @@
 /* Rows of the batch a tile computes at once: six rows' two accumulators each, a step's weights
  * and x's broadcast fit AVX2's sixteen registers. */
 #define TILE_ROWS 6
-/* Rows whose int8 x (and block scales) stay in L1 while every output tile reads them. */
+/* Rows whose int8 x (and block steps) stay in L1 while every output tile reads them. */
 #define ROW_CHUNK 24
 
 #ifdef __AVX2__
@@ -75,46 +76,36 @@ static void quantize_rows(const float *x, int8_t *xq, float *xd, float *xsum, in
 }
 
 #ifdef __AVX2__
-/* A block's integer dots for rows [0, R), eight outputs in each row's 8 int32 lanes.
- * bits 4: levels 0..15 are the unsigned operand; a pair of products is at most 2 * 15 * 127, so
- *   the 8 steps add up in int16 (30480 at most) and widen once.
- * bits 8: levels are signed, so x takes their signs and the product their magnitudes (at most 128
- *   * 127 a product, 32512 a pair); each step widens. */
+/* A block's integer dots for rows [0, R), eight outputs in each row's 8 int32 lanes. Levels 0..15
+ * are vpmaddubsw's unsigned operand; a pair of products is at most 2 * 15 * 127, so the 8 steps
+ * add up in int16 (30480 at most) and widen once. */
 static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, const int8_t *xb, int64_t IN,
-                                                             int64_t R, int64_t bits, __m256i *dots) {
-    const __m256i ones = _mm256_set1_epi16(1);
+                                                             int64_t R, __m256i *dots) {
     for (int64_t r = 0; r < R; r++) dots[r] = _mm256_setzero_si256();
     for (int step = 0; step < 8; step++) {
         const __m256i levels = _mm256_loadu_si256((const __m256i *)(wb + 32 * step));
-        const __m256i magnitudes = bits == 8 ? _mm256_abs_epi8(levels) : levels;
         for (int64_t r = 0; r < R; r++) {
             int32_t x4;
             __builtin_memcpy(&x4, xb + r * IN + 4 * step, 4);
-            const __m256i x = _mm256_set1_epi32(x4);
-            if (bits == 8)
-                dots[r] = _mm256_add_epi32(
-                    dots[r], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(x, levels)), ones));
-            else
-                dots[r] = _mm256_add_epi16(dots[r], _mm256_maddubs_epi16(levels, x));
+            dots[r] = _mm256_add_epi16(dots[r], _mm256_maddubs_epi16(levels, _mm256_set1_epi32(x4)));
         }
     }
-    if (bits == 4)
-        for (int64_t r = 0; r < R; r++) dots[r] = _mm256_madd_epi16(dots[r], ones);
+    for (int64_t r = 0; r < R; r++) dots[r] = _mm256_madd_epi16(dots[r], _mm256_set1_epi16(1));
 }
 
-/* out rows [0, R) x the eight outputs of one tile, R and bits constants at each call site so that
- * every row's accumulators live in registers: per block, dot * weight step * x step + offset * x's
+/* out rows [0, R) x the eight outputs of one tile, R a constant at each call site so that every
+ * row's accumulators live in registers: per block, dot * weight step * x step + offset * x's
  * block sum. */
 static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, const float *steps,
                                                             const float *offsets, const int8_t *xq, const float *xd,
                                                             const float *xsum, const float *bias, float *out,
-                                                            int64_t R, int64_t bits, int64_t nb, int64_t OUT) {
+                                                            int64_t R, int64_t nb, int64_t OUT) {
     __m256 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     const int64_t IN = nb * 32;
     for (int64_t b = 0; b < nb; b++) {
         __m256i dots[TILE_ROWS];
-        block_dots(wt + b * 256, xq + b * 32, IN, R, bits, dots);
+        block_dots(wt + b * 256, xq + b * 32, IN, R, dots);
         const __m256 step = _mm256_loadu_ps(steps + b * 8), offset = _mm256_loadu_ps(offsets + b * 8);
         for (int64_t r = 0; r < R; r++) {
             const __m256 sums = _mm256_cvtepi32_ps(dots[r]);
@@ -131,7 +122,7 @@ static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, c
  * choose the kernel there: this is slower than torch's GEMMs). */
 static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float *offsets, const int8_t *xq,
                              const float *xd, const float *xsum, const float *bias, float *out, int64_t R,
-                             int64_t bits, int64_t nb, int64_t OUT) {
+                             int64_t nb, int64_t OUT) {
     const int64_t IN = nb * 32;
     for (int64_t r = 0; r < R; r++)
         for (int o = 0; o < 8; o++) {
@@ -139,38 +130,28 @@ static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float 
             for (int64_t b = 0; b < nb; b++) {
                 int32_t dot = 0;
                 for (int step = 0; step < 8; step++)
-                    for (int i = 0; i < 4; i++) {
-                        const uint8_t level = wt[b * 256 + 32 * step + 4 * o + i];
-                        dot += (bits == 8 ? (int8_t)level : level) * xq[r * IN + b * 32 + 4 * step + i];
-                    }
+                    for (int i = 0; i < 4; i++)
+                        dot += wt[b * 256 + 32 * step + 4 * o + i] * xq[r * IN + b * 32 + 4 * step + i];
                 acc += (float)dot * (steps[b * 8 + o] * xd[r * nb + b]) + offsets[b * 8 + o] * xsum[r * nb + b];
             }
             out[r * OUT + o] = acc + (bias ? bias[o] : 0.0f);
         }
 }
 
-#define GEMM_TILE(rows)                                                                                   \
-    case rows:                                                                                         \
-        if (bits == 8)                                                                                 \
-            gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, 8, nb, OUT);                  \
-        else                                                                                           \
-            gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, 4, nb, OUT);                  \
-        return;
-
 static void gemm_rows(const uint8_t *wt, const float *steps, const float *offsets, const int8_t *xq,
-                      const float *xd, const float *xsum, const float *bias, float *out, int64_t R, int64_t bits,
-                      int64_t nb, int64_t OUT) {
+                      const float *xd, const float *xsum, const float *bias, float *out, int64_t R, int64_t nb,
+                      int64_t OUT) {
 #ifdef __AVX2__
     switch (R) {
-        GEMM_TILE(6)
-        GEMM_TILE(5)
-        GEMM_TILE(4)
-        GEMM_TILE(3)
-        GEMM_TILE(2)
-        GEMM_TILE(1)
+    case 6: gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, 6, nb, OUT); return;
+    case 5: gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, 5, nb, OUT); return;
+    case 4: gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, 4, nb, OUT); return;
+    case 3: gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, 3, nb, OUT); return;
+    case 2: gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, 2, nb, OUT); return;
+    case 1: gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, 1, nb, OUT); return;
     }
 #endif
-    gemm_tile_scalar(wt, steps, offsets, xq, xd, xsum, bias, out, R, bits, nb, OUT);
+    gemm_tile_scalar(wt, steps, offsets, xq, xd, xsum, bias, out, R, nb, OUT);
 }
 
 /* Whether this build has the vector path (tenor chooses the kernel only where it does). */
@@ -182,9 +163,9 @@ int64_t tenor_int8_gemm_simd(void) {
 #endif
 }
 
-/* out [R, OUT] = x [R, IN] @ W.T (+ bias) for W packed as above with `bits` 4 or 8; OUT a multiple
- * of 8, IN of 32. scratch: at least R * IN + 8 * R * (IN / 32) bytes, for x quantized. */
-void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const float *steps, const float *offsets,
+/* out [R, OUT] = x [R, IN] @ W.T (+ bias) for W packed as above; OUT a multiple of 8, IN of 32.
+ * scratch: at least R * IN + 8 * R * (IN / 32) bytes, for x quantized. */
+void tenor_int8_gemm_f32(const float *x, const uint8_t *w, const float *steps, const float *offsets,
                          const float *bias, float *out, uint8_t *scratch, int64_t R, int64_t IN, int64_t OUT,
                          int64_t threads) {
     const int64_t nb = IN / 32, tiles = OUT / 8;
@@ -200,8 +181,8 @@ void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const f
             const float *st = steps + t * nb * 8, *ot = offsets + t * nb * 8, *bt = bias ? bias + 8 * t : NULL;
             for (int64_t r = chunk; r < chunk_end; r += TILE_ROWS) {
                 const int64_t rows = chunk_end - r < TILE_ROWS ? chunk_end - r : TILE_ROWS;
-                gemm_rows(wt, st, ot, xq + r * IN, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows, bits, nb,
-                        OUT);
+                gemm_rows(wt, st, ot, xq + r * IN, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows, nb,
+                          OUT);
             }
         }
     }

@@ -17,7 +17,7 @@ Each kernel owns its weight in the layout its library wants and computes x @ W.T
   and a minimum each, `Fp16DecodeKernel` float16 weights (both with bf16 through oneDNN for big
   batches where the CPU computes bf16 natively, else FBGEMM fp16), `Float32DecodeKernel` float32
   weights (oneDNN or F.linear for big batches; one copy).
-- `Int8GemmKernel`: block weights through tenor's int8 GEMM, the big batches' kernel of
+- `Int8GemmKernel`: 4-bit weights through tenor's int8 GEMM, the big batches' kernel of
   `Int8BlockKernel` on AVX2-only CPUs (x in int8 per block of 32; faster than FBGEMM's fp16 there,
   benchmarks/RESULTS.md).
 - `Int8WeightOnlyKernel`: int8 weights with per-row scales (`tenor convert --quantize int8`),
@@ -186,9 +186,9 @@ class DecodeKernel(LinearKernel):
 
 
 class Int8GemmKernel(LinearKernel):
-    """Block weights (4- or 8-bit levels) through tenor's int8 GEMM (tenor/csrc/int8_gemm.c): the
-    big batches' kernel of `Int8BlockKernel` on AVX2-only CPUs. x is quantized to int8 per block
-    of 32, as llama.cpp's activations; one byte a weight and 0.25 for the steps and offsets."""
+    """4-bit (Q4_1) weights through tenor's int8 GEMM (tenor/csrc/int8_gemm.c): the big batches'
+    kernel of `Int8BlockKernel` on AVX2-only CPUs. x is quantized to int8 per block of 32, as
+    llama.cpp's activations; one byte a weight and 0.25 for the steps and offsets."""
 
     name = "int8_gemm"
 
@@ -205,7 +205,7 @@ class Int8GemmKernel(LinearKernel):
 
 
 def int8_gemm_applies(out_features: int) -> bool:
-    """Whether block weights take Int8GemmKernel for big batches here: an AVX2 CPU without AVX-512
+    """Whether 4-bit weights take Int8GemmKernel for big batches here: an AVX2 CPU without AVX-512
     (where FBGEMM's fp16 GEMM has twice the lanes; not measured there) and so without native bf16,
     the kernel's vector path built, and OUT a multiple of its 8-output tiles."""
     from tenor.hardware import cpu_info
@@ -225,17 +225,19 @@ class Int8BlockKernel(DecodeKernel):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         q, scales, mins = native.quantize_u8_blocks(weight)
         nibbles = native.nibble_blocks(q, scales, mins)
-        if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
-            bits, levels, steps, offsets = 4, q // 17, nibbles[1], nibbles[2]
-        else:
-            bits, steps, (levels, offsets) = 8, scales, native.signed_blocks(q, scales, mins)
-        if bits == 4 and int8_gemm_applies(weight.shape[0]):
-            batched: LinearKernel = Int8GemmKernel(native.int8_gemm_pack(levels, bits, steps, offsets), bias)
+        # 8-bit weights keep the float GEMM: in int8 the LM head cost the default model 5 % of its
+        # top-1 agreement, and the layers gained 1.0-1.4x (benchmarks/RESULTS.md)
+        if nibbles is not None and int8_gemm_applies(weight.shape[0]):
+            levels = native.int8_gemm_pack(q // 17, nibbles[1], nibbles[2])
+            batched: LinearKernel = Int8GemmKernel(levels, bias)
         else:
             batched = batched_kernel(weight, bias)
         super().__init__(batched, weight.shape[0], bias)
-        self.bits, self.scales, self.offsets = bits, steps, offsets
-        self.q = nibbles[0] if nibbles is not None else levels
+        if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
+            self.bits, (self.q, self.scales, self.offsets) = 4, nibbles
+        else:
+            self.bits, self.scales = 8, scales
+            self.q, self.offsets = native.signed_blocks(q, scales, mins)
 
 
 class Fp16DecodeKernel(DecodeKernel):

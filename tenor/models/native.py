@@ -96,7 +96,7 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 6
     lib.tenor_llama_decode_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 6 + [_I64] * 11 + [_F32, _I64]
-    lib.tenor_int8_gemm_f32.argtypes = [_PTR, _PTR, _I64] + [_PTR] * 5 + [_I64] * 4
+    lib.tenor_int8_gemm_f32.argtypes = [_PTR] * 7 + [_I64] * 4
     lib.tenor_int8_gemm_simd.argtypes, lib.tenor_int8_gemm_simd.restype = [], _I64
     for fn in (
         lib.tenor_rms_norm_f32,
@@ -348,11 +348,10 @@ def int8_gemm_simd() -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Int8GemmWeights:
-    """A weight in int8_gemm's layout (see tenor/csrc/int8_gemm.c): levels uint8 [OUT / 8, IN / 32,
-    256], steps and offsets [OUT / 8, IN / 32, 8]; bits 4 (levels 0..15) or 8 (-128..127)."""
+    """A 4-bit weight in int8_gemm's layout (see tenor/csrc/int8_gemm.c): levels (0..15) uint8
+    [OUT / 8, IN / 32, 256], steps and offsets [OUT / 8, IN / 32, 8]."""
 
     levels: torch.Tensor
-    bits: int
     steps: torch.Tensor
     offsets: torch.Tensor
 
@@ -361,19 +360,19 @@ class Int8GemmWeights:
         return self.levels.shape[0] * 8
 
 
-def int8_gemm_pack(levels: torch.Tensor, bits: int, steps: torch.Tensor, offsets: torch.Tensor) -> Int8GemmWeights:
-    """Block weights W ~= level * step + offset (levels [OUT, IN]: uint8 0..15 for bits 4, int8 for
-    bits 8; steps, offsets [OUT, IN / 32]; OUT a multiple of 8) in int8_gemm's layout."""
+def int8_gemm_pack(levels: torch.Tensor, steps: torch.Tensor, offsets: torch.Tensor) -> Int8GemmWeights:
+    """4-bit block weights W ~= level * step + offset (levels uint8 [OUT, IN] in 0..15; steps,
+    offsets [OUT, IN / 32]; OUT a multiple of 8) in int8_gemm's layout."""
     out_features, in_features = levels.shape
     if out_features % 8 or in_features % INT8_BLOCK:
         raise ValueError(f"int8_gemm needs OUT a multiple of 8 and IN of 32, got {out_features} x {in_features}")
-    if bits not in (4, 8):
-        raise ValueError(f"int8_gemm takes 4- or 8-bit levels, not {bits}")
+    if levels.dtype != torch.uint8 or int(levels.max()) > 15:
+        raise ValueError("int8_gemm takes 4-bit levels (uint8, 0..15)")
     tiles, blocks = out_features // 8, in_features // INT8_BLOCK
     # [tile, output, block, step, input] -> [tile, block, step, output, input]
-    grouped = levels.view(torch.uint8).reshape(tiles, 8, blocks, 8, 4).permute(0, 2, 3, 1, 4)
+    grouped = levels.reshape(tiles, 8, blocks, 8, 4).permute(0, 2, 3, 1, 4)
     by_tile = [t.reshape(tiles, 8, blocks).transpose(1, 2).contiguous().float() for t in (steps, offsets)]
-    return Int8GemmWeights(grouped.reshape(tiles, blocks, 256).contiguous(), bits, by_tile[0], by_tile[1])
+    return Int8GemmWeights(grouped.reshape(tiles, blocks, 256).contiguous(), by_tile[0], by_tile[1])
 
 
 def int8_gemm(x: torch.Tensor, weights: Int8GemmWeights, bias: torch.Tensor | None) -> torch.Tensor:
@@ -385,7 +384,6 @@ def int8_gemm(x: torch.Tensor, weights: Int8GemmWeights, bias: torch.Tensor | No
     _built().tenor_int8_gemm_f32(
         _ptr(x),
         _ptr(weights.levels),
-        weights.bits,
         _ptr(weights.steps),
         _ptr(weights.offsets),
         None if bias is None else _ptr(bias),

@@ -1,5 +1,5 @@
-"""The block weights' int8 GEMM (tenor/csrc/int8_gemm.c): against its integer reference and the
-float product, 4- and 8-bit levels, its layout, and where tenor chooses it."""
+"""The 4-bit weights' int8 GEMM (tenor/csrc/int8_gemm.c): against its integer reference and the
+float product, its layout, and where tenor chooses it."""
 
 import dataclasses
 
@@ -17,23 +17,12 @@ needs_simd = pytest.mark.skipif(
 )
 
 
-def block_levels(weight: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A weight as (levels, steps, offsets), as Int8BlockKernel hands it over: Q4_1 blocks as levels
-    0..15, any other as int8 levels."""
+def q4_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A Q4_1 weight as (levels 0..15, steps, offsets), as Int8BlockKernel hands it over."""
     q, scales, mins = native.quantize_u8_blocks(weight)
-    if bits == 4:
-        nibbles = native.nibble_blocks(q, scales, mins)
-        assert nibbles is not None
-        return q // 17, nibbles[1], nibbles[2]
-    levels, offsets = native.signed_blocks(q, scales, mins)
-    return levels, scales, offsets
-
-
-def block_weight(bits: int, out_features: int, in_features: int, seed: int) -> torch.Tensor:
-    """Q4_1 blocks for 4 bits; for 8, normal weights with a few blocks holding -128 (the grid's end)."""
-    if bits == 4:
-        return q4_1_weight(out_features, in_features, seed)
-    return torch.randn(out_features, in_features, generator=torch.Generator().manual_seed(seed)) * 0.05
+    nibbles = native.nibble_blocks(q, scales, mins)
+    assert nibbles is not None
+    return q // 17, nibbles[1], nibbles[2]
 
 
 def integer_reference(x, levels, steps, offsets, bias):
@@ -52,15 +41,13 @@ def integer_reference(x, levels, steps, offsets, bias):
 
 @needs_simd
 @pytest.mark.parametrize("rows", [1, 5, 6, 7, 30, 100])  # whole and partial tiles of 6; 30, 100: several chunks
-@pytest.mark.parametrize("bits, with_bias", [(4, False), (4, True), (8, True)])
-def test_int8_gemm_matches_its_integer_reference_and_the_float_product(rows, bits, with_bias):
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_int8_gemm_matches_its_integer_reference_and_the_float_product(rows, with_bias):
     gen = torch.Generator().manual_seed(rows)
-    weight = block_weight(bits, 24, 96, seed=rows)
+    weight = q4_1_weight(24, 96, seed=rows)
     bias = torch.randn(24, generator=gen) if with_bias else None
-    levels, steps, offsets = block_levels(weight, bits)
-    if bits == 8:
-        assert levels.min() == -128 or levels.max() == 127
-    packed = native.int8_gemm_pack(levels, bits, steps, offsets)
+    levels, steps, offsets = q4_levels(weight)
+    packed = native.int8_gemm_pack(levels, steps, offsets)
     assert packed.levels.shape == (3, 3, 256) and packed.steps.shape == packed.offsets.shape == (3, 3, 8)
     x = torch.randn(rows, 96, generator=gen)
     x[0, :32] *= 50.0  # one block far larger than the rest: steps are per block, not per row
@@ -76,35 +63,31 @@ def test_pack_puts_four_inputs_of_eight_outputs_in_each_step():
     levels = (torch.arange(16 * 64) % 16).to(torch.uint8).view(16, 64)
     levels[9, 37] = 3  # output 9 is tile 1's output 1; input 37 is block 1, step 1, input 1
     steps, offsets = torch.rand(16, 2), torch.rand(16, 2)
-    packed = native.int8_gemm_pack(levels, 4, steps, offsets)
+    packed = native.int8_gemm_pack(levels, steps, offsets)
     assert packed.levels[1, 1, 32 * 1 + 4 * 1 + 1] == 3 and packed.out_features == 16
     assert packed.steps[1, 1, 1] == steps[9, 1] and packed.offsets[1, 0, 7] == offsets[15, 0]
-    signed = native.int8_gemm_pack(levels.to(torch.int8) - 8, 8, steps, offsets)
-    assert signed.levels.dtype == torch.uint8 and signed.levels[1, 1, 37] == 256 - 5  # -5 as a byte
     with pytest.raises(ValueError, match="multiple of 8"):
-        native.int8_gemm_pack(levels[:12], 4, steps[:12], offsets[:12])
-    with pytest.raises(ValueError, match="4- or 8-bit"):
-        native.int8_gemm_pack(levels, 2, steps, offsets)
+        native.int8_gemm_pack(levels[:12], steps[:12], offsets[:12])
+    with pytest.raises(ValueError, match="4-bit levels"):
+        native.int8_gemm_pack(levels * 2, steps, offsets)
 
 
 AVX2_ONLY = dataclasses.replace(hardware.cpu_info(), flags=frozenset({"avx2", "fma"}))
 
 
 @needs_simd
-@pytest.mark.parametrize("bits", [4])
-def test_block_weights_take_the_int8_gemm_for_big_batches_on_avx2_only_cpus(monkeypatch, bits):
+def test_q4_weights_take_the_int8_gemm_for_big_batches_on_avx2_only_cpus(monkeypatch):
     monkeypatch.setattr(hardware, "cpu_info", lambda: AVX2_ONLY)
-    weight, bias = block_weight(bits, 48, 64, seed=8), torch.randn(48)
+    weight, bias = q4_1_weight(48, 64, seed=8), torch.randn(48)
     kernel = Int8BlockKernel(weight, bias)
-    assert kernel.bits == bits and isinstance(kernel.batched, Int8GemmKernel)
-    decode_levels = 48 * 64 * bits // 8
-    assert kernel.nbytes() == decode_levels + 48 * 64 + 4 * (4 * 48 * 2) + 2 * 4 * 48  # levels, steps, biases
+    assert kernel.bits == 4 and isinstance(kernel.batched, Int8GemmKernel)
+    assert kernel.nbytes() == 48 * 64 // 2 + 48 * 64 + 4 * (4 * 48 * 2) + 2 * 4 * 48  # nibbles, bytes, steps, biases
     x = torch.randn(2, 20, 64)
     out = kernel(x)
     assert out.shape == (2, 20, 48)
     assert (out - F.linear(x, weight, bias)).abs().max() <= 0.02 * out.abs().max()
-    monkeypatch.setattr(hardware, "cpu_info", lambda: dataclasses.replace(AVX2_ONLY, flags=frozenset({"avx512f"})))
-    assert not isinstance(Int8BlockKernel(weight, bias).batched, Int8GemmKernel)
+    eight_bit = Int8BlockKernel(torch.randn(48, 64) * 0.05, None)  # not Q4_1 blocks: the float GEMM
+    assert eight_bit.bits == 8 and not isinstance(eight_bit.batched, Int8GemmKernel)
 
 
 def test_the_int8_gemm_is_chosen_only_on_avx2_cpus_without_avx512(monkeypatch):
