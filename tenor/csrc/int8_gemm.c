@@ -22,7 +22,7 @@
 /* Rows of the batch a tile computes at once: six rows' two accumulators each, a step's weights
  * and x's broadcast fit AVX2's sixteen registers. */
 #define TILE_ROWS 6
-/* Rows whose int8 x (and block steps) stay in L1 while every output tile reads them. */
+/* Rows whose int8 x (and block steps) stay in L1 while every output tile reads them: whole tiles. */
 #define ROW_CHUNK 24
 
 #ifdef __AVX2__
@@ -66,28 +66,43 @@ static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
 }
 #endif
 
-/* x [R, IN] -> xq int8 [R, IN], xd [R, IN / 32] (the step of each block: absmax / 127) and xsum
- * [R, IN / 32] (each block's float sum, for the weights' offsets: exact, not from xq). */
+/* x [R, IN] -> xq int8, xd (the step of each block: absmax / 127) and xsum (each block's float
+ * sum, for the weights' offsets: exact, not from xq), laid out by tiles of TILE_ROWS rows (the last
+ * may be shorter, n rows): tile at row r0 starts at xq + r0 * IN and xd, xsum + r0 * IN / 32; in it,
+ * block b, step s (inputs 4s..4s+3 of the block), row r at xq byte 32nb + 4ns + 4r, and block b, row
+ * r at xd[nb + r]. A tile's loop then reads every row's x from one pointer at constant offsets. */
 static void quantize_rows(const float *x, int8_t *xq, float *xd, float *xsum, int64_t R, int64_t IN,
                           int64_t threads) {
-    const int64_t blocks = R * (IN / 32);
+    const int64_t nb = IN / 32;
 #pragma omp parallel for schedule(static) num_threads(threads) if (R * IN >= (1 << 16))
-    for (int64_t rb = 0; rb < blocks; rb++) xd[rb] = quantize_block(x + rb * 32, xq + rb * 32, xsum + rb);
+    for (int64_t rb = 0; rb < R * nb; rb++) {
+        const int64_t row = rb / nb, b = rb % nb, r0 = row - row % TILE_ROWS, r = row - r0;
+        const int64_t n = R - r0 < TILE_ROWS ? R - r0 : TILE_ROWS;
+        int8_t q[32];
+        float sum;
+        const float d = quantize_block(x + rb * 32, q, &sum);
+        int8_t *tile = xq + r0 * IN + b * 32 * n + 4 * r;
+        for (int step = 0; step < 8; step++) __builtin_memcpy(tile + 4 * n * step, q + 4 * step, 4);
+        xd[r0 * nb + b * n + r] = d;
+        xsum[r0 * nb + b * n + r] = sum;
+    }
 }
 
 #ifdef __AVX2__
 /* A block's integer dots for rows [0, R), eight outputs in each row's 8 int32 lanes. Levels 0..15
  * are vpmaddubsw's unsigned operand; a pair of products is at most 2 * 15 * 127, so the 8 steps
  * add up in int16 (30480 at most) and widen once. */
-static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, const int8_t *xb, int64_t IN,
-                                                             int64_t R, __m256i *dots) {
+static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, const int8_t *xb, int64_t R,
+                                                             __m256i *dots) {
     for (int64_t r = 0; r < R; r++) dots[r] = _mm256_setzero_si256();
     for (int step = 0; step < 8; step++) {
         const __m256i levels = _mm256_loadu_si256((const __m256i *)(wb + 32 * step));
         for (int64_t r = 0; r < R; r++) {
             int32_t x4;
-            __builtin_memcpy(&x4, xb + r * IN + 4 * step, 4);
-            dots[r] = _mm256_add_epi16(dots[r], _mm256_maddubs_epi16(levels, _mm256_set1_epi32(x4)));
+            __builtin_memcpy(&x4, xb + 4 * (R * step + r), 4);
+            /* a saturating add (never saturates here) that gcc cannot reassociate: with plain adds it
+             * computed all 8 steps' products first and spilled them to the stack */
+            dots[r] = _mm256_adds_epi16(dots[r], _mm256_maddubs_epi16(levels, _mm256_set1_epi32(x4)));
         }
     }
     for (int64_t r = 0; r < R; r++) dots[r] = _mm256_madd_epi16(dots[r], _mm256_set1_epi16(1));
@@ -102,15 +117,14 @@ static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, c
                                                             int64_t R, int64_t nb, int64_t OUT) {
     __m256 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-    const int64_t IN = nb * 32;
     for (int64_t b = 0; b < nb; b++) {
         __m256i dots[TILE_ROWS];
-        block_dots(wt + b * 256, xq + b * 32, IN, R, dots);
+        block_dots(wt + b * 256, xq + b * 32 * R, R, dots);
         const __m256 step = _mm256_loadu_ps(steps + b * 8), offset = _mm256_loadu_ps(offsets + b * 8);
         for (int64_t r = 0; r < R; r++) {
             const __m256 sums = _mm256_cvtepi32_ps(dots[r]);
-            acc[r] = _mm256_fmadd_ps(sums, _mm256_mul_ps(step, _mm256_set1_ps(xd[r * nb + b])), acc[r]);
-            acc[r] = _mm256_fmadd_ps(offset, _mm256_set1_ps(xsum[r * nb + b]), acc[r]);
+            acc[r] = _mm256_fmadd_ps(sums, _mm256_mul_ps(step, _mm256_set1_ps(xd[b * R + r])), acc[r]);
+            acc[r] = _mm256_fmadd_ps(offset, _mm256_set1_ps(xsum[b * R + r]), acc[r]);
         }
     }
     const __m256 add = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
@@ -123,7 +137,6 @@ static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, c
 static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float *offsets, const int8_t *xq,
                              const float *xd, const float *xsum, const float *bias, float *out, int64_t R,
                              int64_t nb, int64_t OUT) {
-    const int64_t IN = nb * 32;
     for (int64_t r = 0; r < R; r++)
         for (int o = 0; o < 8; o++) {
             float acc = 0.0f;
@@ -131,8 +144,8 @@ static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float 
                 int32_t dot = 0;
                 for (int step = 0; step < 8; step++)
                     for (int i = 0; i < 4; i++)
-                        dot += wt[b * 256 + 32 * step + 4 * o + i] * xq[r * IN + b * 32 + 4 * step + i];
-                acc += (float)dot * (steps[b * 8 + o] * xd[r * nb + b]) + offsets[b * 8 + o] * xsum[r * nb + b];
+                        dot += wt[b * 256 + 32 * step + 4 * o + i] * xq[b * 32 * R + 4 * (R * step + r) + i];
+                acc += (float)dot * (steps[b * 8 + o] * xd[b * R + r]) + offsets[b * 8 + o] * xsum[b * R + r];
             }
             out[r * OUT + o] = acc + (bias ? bias[o] : 0.0f);
         }
