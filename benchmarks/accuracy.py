@@ -44,6 +44,15 @@ TEXTS = [
     "def quicksort(items):\n    if len(items) <= 1:\n        return items\n",
     "Photosynthesis is the process by which green plants use sunlight to",
     "My favourite recipe for a rainy day is a thick vegetable soup with",
+    # added 2026-12-04 (fourth session): 61 positions made one flipped near-tie worth 1.6 %
+    "The city council met on Tuesday evening to discuss the new bicycle lanes, which several shop owners",
+    "import json\n\ndef load_config(path):\n    with open(path) as f:\n        return json.load(f)\n\n",
+    "Water boils at a lower temperature on a mountain because the air pressure there is",
+    "Dear Anna, thank you for the lovely letter. The garden is finally blooming and the children",
+    "In mathematics, a prime number is a natural number greater than one that has no divisors other than",
+    "The old lighthouse keeper climbed the spiral stairs every night, counting the steps as he",
+    "SELECT name, COUNT(*) FROM orders WHERE created_at > '2024-01-01' GROUP BY name ORDER BY",
+    "Researchers found that students who slept at least eight hours before an exam scored",
 ]
 PROMPTS = [
     "The capital of France is",

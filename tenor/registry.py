@@ -32,7 +32,7 @@ class ServableConfig:
     name: str
     model: ModelConfig
     dtype: str = "auto"  # activations (and dense weights); see tenor.hardware
-    quantize: str = "auto"  # linear weights: "none" (in `dtype`), "fp16" (FBGEMM), "int8", "auto"
+    quantize: str = "auto"  # linear weights: "none" (in `dtype`), "fp16" (FBGEMM), "int8", "int8a8", "auto"
     max_batch_size: int = 32  # decode slots
     max_prefill_predict_length: int = 1024  # longest prompt, tokens
     max_target_length: int = 2048  # prompt + generated, tokens

@@ -45,8 +45,12 @@ def test_choose_precision(cpu, fp16_kernel, dtype, quantize, expected):
 def test_int8_needs_the_native_kernels():
     assert choose_precision("auto", "auto", AVX2_EPYC, True, native_kernels=True).weights == "int8"
     assert choose_precision("auto", "int8", AVX2_EPYC, True, native_kernels=True).weights == "int8"
-    with pytest.raises(ValueError, match="native kernels"):
-        choose_precision("auto", "int8", AVX2_EPYC, True, native_kernels=False)
+    assert choose_precision("auto", "int8a8", AVX2_EPYC, True, native_kernels=True).weights == "int8a8"
+    for quantize in ("int8", "int8a8"):
+        with pytest.raises(ValueError, match="native kernels"):
+            choose_precision("auto", quantize, AVX2_EPYC, True, native_kernels=False)
+    with pytest.raises(ValueError, match="float32 activations"):
+        choose_precision("bfloat16", "int8a8", AMX_XEON, True, native_kernels=True)
     assert choose_precision("auto", "auto", AMX_XEON, True, native_kernels=True).weights == "int8"
 
 
@@ -55,7 +59,8 @@ def test_int8_weights_cache_kv_in_bf16_and_float_weights_in_their_own_dtype():
     float weights stay exact with K/V in the activation dtype."""
     for cpu in (AVX2_EPYC, ZEN4_EPYC, AMX_XEON):
         assert choose_precision("auto", "auto", cpu, True, native_kernels=True).kv_dtype == "bfloat16"
-        assert choose_precision("float32", "int8", cpu, True, native_kernels=True).kv_dtype == "bfloat16"
+        for quantize in ("int8", "int8a8"):
+            assert choose_precision("float32", quantize, cpu, True, native_kernels=True).kv_dtype == "bfloat16"
         for quantize in ("none", "fp16"):
             assert choose_precision("float32", quantize, cpu, True, native_kernels=True).kv_dtype is None
     assert choose_precision("bfloat16", "auto", AMX_XEON, True, native_kernels=True).kv_dtype is None
@@ -141,7 +146,7 @@ def test_cuda_precision_is_bf16_dense_and_refuses_cpu_weight_kernels():
     assert (auto.dtype, auto.weights, auto.device) == ("bfloat16", "dense", "cuda")
     exact = choose_precision("float32", "none", AVX2_EPYC, True, native_kernels=True, device="cuda")
     assert (exact.dtype, exact.weights, exact.device) == ("float32", "dense", "cuda")
-    for quantize in ("fp16", "int8"):
+    for quantize in ("fp16", "int8", "int8a8"):
         with pytest.raises(ValueError, match="CPU kernels only"):
             choose_precision("float32", quantize, AVX2_EPYC, True, native_kernels=True, device="cuda")
     assert choose_precision("auto", "auto", AVX2_EPYC, True).device == "cpu"

@@ -1,19 +1,22 @@
-/* The 4-bit weights' GEMM for big batches (prompts, many streams) on AVX2 CPUs without native bf16.
+/* The block weights' GEMM for big batches (prompts, many streams) on AVX2 CPUs without native bf16.
  *
  * Weights in blocks of 32 along IN, each block with a step and an offset: W ~= level * step + offset,
- * levels 0..15 (GGUF Q4_1 blocks), repacked at load by tenor/models/native.py for eight outputs at
- * a time (int8_gemm_pack). Rows of x are quantized to int8 per block of 32 (absmax / 127 steps, as
- * llama.cpp's Q8 activations), so a block's product is an integer dot: vpmaddubsw multiplies 32 weight levels by 32 int8 of x and
- * adds pairs, one instruction for what float32 FMAs take four. On an AVX2-only CPU the float
- * GEMMs (FBGEMM's fp16) are bound by those FMAs; see benchmarks/RESULTS.md for what this gives and
- * what it costs in accuracy. (8-bit levels through the same dots, signs moved onto x, ran 1.0-1.4x
- * FBGEMM's fp16, and the 8-bit LM head in int8 cost the default model 5 % of its top-1 agreement:
- * 8-bit weights keep the float GEMMs.)
+ * repacked at load by tenor/models/native.py for eight outputs at a time (int8_gemm_pack). Rows of
+ * x are quantized per block of 32 as well, so a block's product is an integer dot:
+ *   bits 4: levels 0..15 (GGUF Q4_1 blocks) against int8 x (absmax / 127 steps, as llama.cpp's Q8
+ *     activations): vpmaddubsw multiplies 32 levels by 32 int8 of x and adds pairs, one instruction
+ *     for what float32 FMAs take four;
+ *   bits 8: levels -128..127 (Q8_0 and any 8-bit block: the default model's LM head) against int16
+ *     x (absmax / 32767, near float32's error): vpmaddwd, 16 multiply-adds an instruction. Int8 x
+ *     cost the default model 5 % of its top-1 agreement through the LM head.
+ * On an AVX2-only CPU the float GEMMs (FBGEMM's fp16) are bound by their FMAs; see
+ * benchmarks/RESULTS.md for what this gives and what it costs in accuracy.
  *
- * Layout, for output tile t (outputs 8t..8t+7) and block b: 256 bytes, eight steps of 32; step s
- * holds inputs 4s..4s+3 of the block for the eight outputs, byte 4o + i the level of output o,
- * input 4s + i, one level a byte (unpacking nibbles cost more than the bytes it saved: the tile's
- * weights stay in L1 while every row reads them). Steps and offsets: [OUT / 8, IN / 32, 8].
+ * Layout, for output tile t (outputs 8t..8t+7) and block b: 256 bytes, a step of 32 (bits 4: 8
+ * steps of 4 inputs) or 16 bytes (bits 8: 16 steps of 2 inputs); step s holds its inputs of the
+ * block for the eight outputs, output o's first. One level a byte: unpacking nibbles cost more than
+ * the bytes saved, as the tile's weights stay in L1 while every row reads them. Steps and offsets:
+ * [OUT / 8, IN / 32, 8].
  */
 #include <stdlib.h>
 
@@ -52,7 +55,45 @@ static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
     _mm256_storeu_si256((__m256i *)qb, _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
     return d;
 }
+
+/* quantize_block for int16 (step absmax / 32767), for 8-bit weights. */
+static inline float quantize_block16(const float *xb, int16_t *qb, float *sum) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], amax = _mm256_setzero_ps(), total = _mm256_setzero_ps();
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_loadu_ps(xb + 8 * j);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
+        total = _mm256_add_ps(total, v[j]);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(total), _mm256_extractf128_ps(total, 1));
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+    *sum = _mm_cvtss_f32(s4);
+    const float d = _mm_cvtss_f32(m4) / 32767.0f;
+    const __m256 inv = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+    for (int j = 0; j < 4; j += 2) {
+        const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], inv)), b = _mm256_cvtps_epi32(_mm256_mul_ps(v[j + 1], inv));
+        /* packs works within 128-bit lanes: the permute puts the two groups of 8 back in order */
+        _mm256_storeu_si256((__m256i *)(qb + 8 * j), _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8));
+    }
+    return d;
+}
 #else
+static inline float quantize_block16(const float *xb, int16_t *qb, float *sum) {
+    float total = 0.0f, amax = 0.0f;
+    for (int i = 0; i < 32; i++) {
+        total += xb[i];
+        amax = fmaxf(amax, fabsf(xb[i]));
+    }
+    const float d = amax / 32767.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < 32; i++) qb[i] = (int16_t)nearbyintf(xb[i] * inv);
+    *sum = total;
+    return d;
+}
+
 static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
     float total = 0.0f, amax = 0.0f;
     for (int i = 0; i < 32; i++) {
@@ -66,23 +107,25 @@ static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
 }
 #endif
 
-/* x [R, IN] -> xq int8, xd (the step of each block: absmax / 127) and xsum (each block's float
- * sum, for the weights' offsets: exact, not from xq), laid out by tiles of TILE_ROWS rows (the last
- * may be shorter, n rows): tile at row r0 starts at xq + r0 * IN and xd, xsum + r0 * IN / 32; in it,
- * block b, step s (inputs 4s..4s+3 of the block), row r at xq byte 32nb + 4ns + 4r, and block b, row
- * r at xd[nb + r]. A tile's loop then reads every row's x from one pointer at constant offsets. */
-static void quantize_rows(const float *x, int8_t *xq, float *xd, float *xsum, int64_t R, int64_t IN,
-                          int64_t threads) {
-    const int64_t nb = IN / 32;
+/* x [R, IN] -> xq (int8 for bits 4, int16 for bits 8: es bytes an element), xd (the step of each
+ * block: absmax / 127 or / 32767) and xsum (each block's float sum, for the weights' offsets: exact,
+ * not from xq), laid out by tiles of TILE_ROWS rows (the last may be shorter, n rows): the tile at
+ * row r0 starts at byte r0 * IN * es of xq and at r0 * IN / 32 of xd and xsum; in it, block b,
+ * step s (the block's 4 bytes of x at 4s), row r at byte 32 es nb + 4ns + 4r, and block b, row r
+ * at xd[nb + r]. A tile's loop then reads every row's x from one pointer at constant offsets. */
+static void quantize_rows(const float *x, int64_t bits, uint8_t *xq, float *xd, float *xsum, int64_t R,
+                          int64_t IN, int64_t threads) {
+    const int64_t nb = IN / 32, es = bits == 8 ? 2 : 1;
 #pragma omp parallel for schedule(static) num_threads(threads) if (R * IN >= (1 << 16))
     for (int64_t rb = 0; rb < R * nb; rb++) {
         const int64_t row = rb / nb, b = rb % nb, r0 = row - row % TILE_ROWS, r = row - r0;
         const int64_t n = R - r0 < TILE_ROWS ? R - r0 : TILE_ROWS;
-        int8_t q[32];
+        int16_t q[32]; /* 32 int8 or 32 int16 */
         float sum;
-        const float d = quantize_block(x + rb * 32, q, &sum);
-        int8_t *tile = xq + r0 * IN + b * 32 * n + 4 * r;
-        for (int step = 0; step < 8; step++) __builtin_memcpy(tile + 4 * n * step, q + 4 * step, 4);
+        const float d = bits == 8 ? quantize_block16(x + rb * 32, q, &sum)
+                                  : quantize_block(x + rb * 32, (int8_t *)q, &sum);
+        uint8_t *tile = xq + r0 * IN * es + b * 32 * es * n + 4 * r;
+        for (int step = 0; step < 8 * es; step++) __builtin_memcpy(tile + 4 * n * step, (uint8_t *)q + 4 * step, 4);
         xd[r0 * nb + b * n + r] = d;
         xsum[r0 * nb + b * n + r] = sum;
     }
@@ -92,7 +135,7 @@ static void quantize_rows(const float *x, int8_t *xq, float *xd, float *xsum, in
 /* A block's integer dots for rows [0, R), eight outputs in each row's 8 int32 lanes. Levels 0..15
  * are vpmaddubsw's unsigned operand; a pair of products is at most 2 * 15 * 127, so the 8 steps
  * add up in int16 (30480 at most) and widen once. */
-static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, const int8_t *xb, int64_t R,
+static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, const uint8_t *xb, int64_t R,
                                                              __m256i *dots) {
     for (int64_t r = 0; r < R; r++) dots[r] = _mm256_setzero_si256();
     for (int step = 0; step < 8; step++) {
@@ -108,18 +151,38 @@ static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, 
     for (int64_t r = 0; r < R; r++) dots[r] = _mm256_madd_epi16(dots[r], _mm256_set1_epi16(1));
 }
 
+/* block_dots for 8-bit levels (-128..127) against int16 x: each step's 16 bytes hold inputs 2s,
+ * 2s + 1 of the eight outputs, widened to int16; vpmaddwd sums a pair, at most 2 * 128 * 32767,
+ * and 16 steps stay within int32. */
+static inline __attribute__((always_inline)) void block_dots16(const uint8_t *wb, const uint8_t *xb, int64_t R,
+                                                               __m256i *dots) {
+    for (int64_t r = 0; r < R; r++) dots[r] = _mm256_setzero_si256();
+    for (int step = 0; step < 16; step++) {
+        const __m256i levels = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + 16 * step)));
+        for (int64_t r = 0; r < R; r++) {
+            int32_t x2;
+            __builtin_memcpy(&x2, xb + 4 * (R * step + r), 4);
+            dots[r] = _mm256_add_epi32(dots[r], _mm256_madd_epi16(levels, _mm256_set1_epi32(x2)));
+            __asm__("" : "+x"(dots[r])); /* keeps gcc from reassociating the sums (and spilling) */
+        }
+    }
+}
+
 /* out rows [0, R) x the eight outputs of one tile, R a constant at each call site so that every
  * row's accumulators live in registers: per block, dot * weight step * x step + offset * x's
  * block sum. */
 static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, const float *steps,
-                                                            const float *offsets, const int8_t *xq, const float *xd,
+                                                            const float *offsets, const uint8_t *xq, const float *xd,
                                                             const float *xsum, const float *bias, float *out,
-                                                            int64_t R, int64_t nb, int64_t OUT) {
+                                                            int64_t R, int64_t bits, int64_t nb, int64_t OUT) {
     __m256 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m256i dots[TILE_ROWS];
-        block_dots(wt + b * 256, xq + b * 32 * R, R, dots);
+        if (bits == 8)
+            block_dots16(wt + b * 256, xq + b * 64 * R, R, dots);
+        else
+            block_dots(wt + b * 256, xq + b * 32 * R, R, dots);
         const __m256 step = _mm256_loadu_ps(steps + b * 8), offset = _mm256_loadu_ps(offsets + b * 8);
         for (int64_t r = 0; r < R; r++) {
             const __m256 sums = _mm256_cvtepi32_ps(dots[r]);
@@ -134,37 +197,54 @@ static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, c
 
 /* The portable form of gemm_tile, one output at a time, for builds without AVX2 (tenor does not
  * choose the kernel there: this is slower than torch's GEMMs). */
-static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float *offsets, const int8_t *xq,
+static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float *offsets, const uint8_t *xq,
                              const float *xd, const float *xsum, const float *bias, float *out, int64_t R,
-                             int64_t nb, int64_t OUT) {
+                             int64_t bits, int64_t nb, int64_t OUT) {
     for (int64_t r = 0; r < R; r++)
         for (int o = 0; o < 8; o++) {
             float acc = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 int32_t dot = 0;
-                for (int step = 0; step < 8; step++)
-                    for (int i = 0; i < 4; i++)
-                        dot += wt[b * 256 + 32 * step + 4 * o + i] * xq[b * 32 * R + 4 * (R * step + r) + i];
+                if (bits == 8) {
+                    const int16_t *xt = (const int16_t *)(xq + b * 64 * R);
+                    for (int step = 0; step < 16; step++)
+                        for (int i = 0; i < 2; i++)
+                            dot += (int8_t)wt[b * 256 + 16 * step + 2 * o + i] * xt[2 * (R * step + r) + i];
+                } else {
+                    const int8_t *xt = (const int8_t *)(xq + b * 32 * R);
+                    for (int step = 0; step < 8; step++)
+                        for (int i = 0; i < 4; i++)
+                            dot += wt[b * 256 + 32 * step + 4 * o + i] * xt[4 * (R * step + r) + i];
+                }
                 acc += (float)dot * (steps[b * 8 + o] * xd[b * R + r]) + offsets[b * 8 + o] * xsum[b * R + r];
             }
             out[r * OUT + o] = acc + (bias ? bias[o] : 0.0f);
         }
 }
 
-static void gemm_rows(const uint8_t *wt, const float *steps, const float *offsets, const int8_t *xq,
-                      const float *xd, const float *xsum, const float *bias, float *out, int64_t R, int64_t nb,
-                      int64_t OUT) {
+#define GEMM_ROWS(rows)                                                                                   \
+    case rows:                                                                                         \
+        if (bits == 8)                                                                                 \
+            gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, 8, nb, OUT);                  \
+        else                                                                                           \
+            gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, 4, nb, OUT);                  \
+        return;
+
+/* gemm_tile with R and bits constants (each pair its own compiled loop). */
+static void gemm_rows(const uint8_t *wt, const float *steps, const float *offsets, const uint8_t *xq,
+                      const float *xd, const float *xsum, const float *bias, float *out, int64_t R, int64_t bits,
+                      int64_t nb, int64_t OUT) {
 #ifdef __AVX2__
     switch (R) {
-    case 6: gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, 6, nb, OUT); return;
-    case 5: gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, 5, nb, OUT); return;
-    case 4: gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, 4, nb, OUT); return;
-    case 3: gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, 3, nb, OUT); return;
-    case 2: gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, 2, nb, OUT); return;
-    case 1: gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, 1, nb, OUT); return;
+        GEMM_ROWS(6)
+        GEMM_ROWS(5)
+        GEMM_ROWS(4)
+        GEMM_ROWS(3)
+        GEMM_ROWS(2)
+        GEMM_ROWS(1)
     }
 #endif
-    gemm_tile_scalar(wt, steps, offsets, xq, xd, xsum, bias, out, R, nb, OUT);
+    gemm_tile_scalar(wt, steps, offsets, xq, xd, xsum, bias, out, R, bits, nb, OUT);
 }
 
 /* Whether this build has the vector path (tenor chooses the kernel only where it does). */
@@ -176,15 +256,15 @@ int64_t tenor_int8_gemm_simd(void) {
 #endif
 }
 
-/* out [R, OUT] = x [R, IN] @ W.T (+ bias) for W packed as above; OUT a multiple of 8, IN of 32.
- * scratch: at least R * IN + 8 * R * (IN / 32) bytes, for x quantized. */
-void tenor_int8_gemm_f32(const float *x, const uint8_t *w, const float *steps, const float *offsets,
+/* out [R, OUT] = x [R, IN] @ W.T (+ bias) for W packed as above (bits 4 or 8); OUT a multiple of
+ * 8, IN of 32. scratch: at least R * IN * (bits / 4) + 8 * R * (IN / 32) bytes, for x quantized. */
+void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const float *steps, const float *offsets,
                          const float *bias, float *out, uint8_t *scratch, int64_t R, int64_t IN, int64_t OUT,
                          int64_t threads) {
-    const int64_t nb = IN / 32, tiles = OUT / 8;
-    int8_t *xq = (int8_t *)scratch;
-    float *xd = (float *)(scratch + R * IN), *xsum = xd + R * nb;
-    quantize_rows(x, xq, xd, xsum, R, IN, threads);
+    const int64_t nb = IN / 32, tiles = OUT / 8, es = bits == 8 ? 2 : 1;
+    uint8_t *xq = scratch;
+    float *xd = (float *)(scratch + R * IN * es), *xsum = xd + R * nb;
+    quantize_rows(x, bits, xq, xd, xsum, R, IN, threads);
 #pragma omp parallel num_threads(threads)
     for (int64_t chunk = 0; chunk < R; chunk += ROW_CHUNK) {
         const int64_t chunk_end = chunk + ROW_CHUNK < R ? chunk + ROW_CHUNK : R;
@@ -194,8 +274,8 @@ void tenor_int8_gemm_f32(const float *x, const uint8_t *w, const float *steps, c
             const float *st = steps + t * nb * 8, *ot = offsets + t * nb * 8, *bt = bias ? bias + 8 * t : NULL;
             for (int64_t r = chunk; r < chunk_end; r += TILE_ROWS) {
                 const int64_t rows = chunk_end - r < TILE_ROWS ? chunk_end - r : TILE_ROWS;
-                gemm_rows(wt, st, ot, xq + r * IN, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows, nb,
-                          OUT);
+                gemm_rows(wt, st, ot, xq + r * IN * es, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows,
+                          bits, nb, OUT);
             }
         }
     }

@@ -17,7 +17,7 @@ Each kernel owns its weight in the layout its library wants and computes x @ W.T
   and a minimum each, `Fp16DecodeKernel` float16 weights (both with bf16 through oneDNN for big
   batches where the CPU computes bf16 natively, else FBGEMM fp16), `Float32DecodeKernel` float32
   weights (oneDNN or F.linear for big batches; one copy).
-- `Int8GemmKernel`: 4-bit weights through tenor's int8 GEMM, the big batches' kernel of
+- `Int8GemmKernel`: block weights through tenor's integer GEMM, the big batches' kernel of
   `Int8BlockKernel` on AVX2-only CPUs (x in int8 per block of 32; faster than FBGEMM's fp16 there,
   benchmarks/RESULTS.md).
 - `Int8WeightOnlyKernel`: int8 weights with per-row scales (`tenor convert --quantize int8`),
@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from tenor.models import native
 
-WEIGHT_FORMATS = ("dense", "fp16", "int8")
+WEIGHT_FORMATS = ("dense", "fp16", "int8", "int8a8")
 
 
 class LinearKernel:
@@ -186,9 +186,12 @@ class DecodeKernel(LinearKernel):
 
 
 class Int8GemmKernel(LinearKernel):
-    """4-bit (Q4_1) weights through tenor's int8 GEMM (tenor/csrc/int8_gemm.c): the big batches'
-    kernel of `Int8BlockKernel` on AVX2-only CPUs. x is quantized to int8 per block of 32, as
-    llama.cpp's activations; one byte a weight and 0.25 for the steps and offsets."""
+    """Block weights through tenor's integer GEMM (tenor/csrc/int8_gemm.c): the big batches' kernel
+    of `Int8BlockKernel` on AVX2-only CPUs. x is quantized per block of 32: to int16 against 8-bit
+    levels (any block weights, 4-bit ones shifted to signed: as exact as FBGEMM's fp16 weights), or
+    to int8 against 4-bit levels (`--quantize int8a8`, llama.cpp's numerics: ~1.8x faster, 95.5 %
+    prefill top-1 on the default model against 100 %). One byte a weight and 0.25 for the steps
+    and offsets."""
 
     name = "int8_gemm"
 
@@ -205,7 +208,7 @@ class Int8GemmKernel(LinearKernel):
 
 
 def int8_gemm_applies(out_features: int) -> bool:
-    """Whether 4-bit weights take Int8GemmKernel for big batches here: an AVX2 CPU without AVX-512
+    """Whether block weights take Int8GemmKernel for big batches here: an AVX2 CPU without AVX-512
     (where FBGEMM's fp16 GEMM has twice the lanes; not measured there) and so without native bf16,
     the kernel's vector path built, and OUT a multiple of its 8-output tiles."""
     from tenor.hardware import cpu_info
@@ -222,22 +225,24 @@ class Int8BlockKernel(DecodeKernel):
 
     name = "int8"
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, int8_activations: bool = False) -> None:
         q, scales, mins = native.quantize_u8_blocks(weight)
         nibbles = native.nibble_blocks(q, scales, mins)
-        # 8-bit weights keep the float GEMM: in int8 the LM head cost the default model 5 % of its
-        # top-1 agreement, and the layers gained 1.0-1.4x (benchmarks/RESULTS.md)
-        if nibbles is not None and int8_gemm_applies(weight.shape[0]):
-            levels = native.int8_gemm_pack(q // 17, nibbles[1], nibbles[2])
-            batched: LinearKernel = Int8GemmKernel(levels, bias)
-        else:
-            batched = batched_kernel(weight, bias)
-        super().__init__(batched, weight.shape[0], bias)
         if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
-            self.bits, (self.q, self.scales, self.offsets) = 4, nibbles
+            bits, (decode_q, steps, offsets) = 4, nibbles
         else:
-            self.bits, self.scales = 8, scales
-            self.q, self.offsets = native.signed_blocks(q, scales, mins)
+            bits, steps, (decode_q, offsets) = 8, scales, native.signed_blocks(q, scales, mins)
+        if not int8_gemm_applies(weight.shape[0]):
+            batched: LinearKernel = batched_kernel(weight, bias)
+        elif bits == 4 and int8_activations:  # levels 0..15 against int8 x
+            batched = Int8GemmKernel(native.int8_gemm_pack(q // 17, steps, offsets), bias)
+        elif bits == 4:  # the same weights as int8 levels (level - 8) against int16 x
+            signed = (q // 17).to(torch.int8) - 8
+            batched = Int8GemmKernel(native.int8_gemm_pack(signed, steps, offsets + 8.0 * steps), bias)
+        else:
+            batched = Int8GemmKernel(native.int8_gemm_pack(decode_q, steps, offsets), bias)
+        super().__init__(batched, weight.shape[0], bias)
+        self.bits, self.q, self.scales, self.offsets = bits, decode_q, steps, offsets
 
 
 class Fp16DecodeKernel(DecodeKernel):
@@ -329,13 +334,15 @@ def make_kernel(
         return DenseKernel(weight.to(dtype).contiguous(), bias)
     if scale is not None:
         return Int8WeightOnlyKernel(weight, scale.to(dtype).contiguous(), bias)
-    if weight_format in ("fp16", "int8"):
+    if weight_format in ("fp16", "int8", "int8a8"):
         if dtype != torch.float32:
             raise ValueError(f"{weight_format} weights need float32 activations, got {dtype}")
         with warnings.catch_warnings():  # FBGEMM's prepack warns about quantized tensors it does not use here
             warnings.simplefilter("ignore")
             if _native_fits(weight):
-                return Int8BlockKernel(weight, bias) if weight_format == "int8" else Fp16DecodeKernel(weight, bias)
+                if weight_format == "fp16":
+                    return Fp16DecodeKernel(weight, bias)
+                return Int8BlockKernel(weight, bias, int8_activations=weight_format == "int8a8")
             return Fp16Kernel(weight, bias)
     weight = weight.to(dtype).contiguous()
     if dtype == torch.float32 and weight.device.type == "cpu" and _native_fits(weight):

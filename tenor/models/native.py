@@ -96,7 +96,7 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 6
     lib.tenor_llama_decode_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 6 + [_I64] * 11 + [_F32, _I64]
-    lib.tenor_int8_gemm_f32.argtypes = [_PTR] * 7 + [_I64] * 4
+    lib.tenor_int8_gemm_f32.argtypes = [_PTR] * 2 + [_I64] + [_PTR] * 5 + [_I64] * 4
     lib.tenor_int8_gemm_simd.argtypes, lib.tenor_int8_gemm_simd.restype = [], _I64
     for fn in (
         lib.tenor_rms_norm_f32,
@@ -348,10 +348,11 @@ def int8_gemm_simd() -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Int8GemmWeights:
-    """A 4-bit weight in int8_gemm's layout (see tenor/csrc/int8_gemm.c): levels (0..15) uint8
-    [OUT / 8, IN / 32, 256], steps and offsets [OUT / 8, IN / 32, 8]."""
+    """A weight in int8_gemm's layout (see tenor/csrc/int8_gemm.c): levels uint8 [OUT / 8, IN / 32,
+    256] (bits 4: 0..15; bits 8: int8's bytes), steps and offsets [OUT / 8, IN / 32, 8]."""
 
     levels: torch.Tensor
+    bits: int
     steps: torch.Tensor
     offsets: torch.Tensor
 
@@ -361,29 +362,35 @@ class Int8GemmWeights:
 
 
 def int8_gemm_pack(levels: torch.Tensor, steps: torch.Tensor, offsets: torch.Tensor) -> Int8GemmWeights:
-    """4-bit block weights W ~= level * step + offset (levels uint8 [OUT, IN] in 0..15; steps,
-    offsets [OUT, IN / 32]; OUT a multiple of 8) in int8_gemm's layout."""
+    """Block weights W ~= level * step + offset (levels [OUT, IN]: uint8 in 0..15, 4-bit, or int8,
+    8-bit; steps, offsets [OUT, IN / 32]; OUT a multiple of 8) in int8_gemm's layout."""
     out_features, in_features = levels.shape
     if out_features % 8 or in_features % INT8_BLOCK:
         raise ValueError(f"int8_gemm needs OUT a multiple of 8 and IN of 32, got {out_features} x {in_features}")
-    if levels.dtype != torch.uint8 or int(levels.max()) > 15:
-        raise ValueError("int8_gemm takes 4-bit levels (uint8, 0..15)")
+    if levels.dtype == torch.int8:
+        bits, inputs = 8, 2  # a step: 2 inputs of 8 outputs (int16 x)
+    elif levels.dtype == torch.uint8 and int(levels.max()) <= 15:
+        bits, inputs = 4, 4  # a step: 4 inputs of 8 outputs (int8 x)
+    else:
+        raise ValueError("int8_gemm takes 4-bit levels (uint8, 0..15) or 8-bit ones (int8)")
     tiles, blocks = out_features // 8, in_features // INT8_BLOCK
     # [tile, output, block, step, input] -> [tile, block, step, output, input]
-    grouped = levels.reshape(tiles, 8, blocks, 8, 4).permute(0, 2, 3, 1, 4)
+    grouped = levels.view(torch.uint8).reshape(tiles, 8, blocks, 32 // inputs, inputs).permute(0, 2, 3, 1, 4)
     by_tile = [t.reshape(tiles, 8, blocks).transpose(1, 2).contiguous().float() for t in (steps, offsets)]
-    return Int8GemmWeights(grouped.reshape(tiles, blocks, 256).contiguous(), by_tile[0], by_tile[1])
+    return Int8GemmWeights(grouped.reshape(tiles, blocks, 256).contiguous(), bits, by_tile[0], by_tile[1])
 
 
 def int8_gemm(x: torch.Tensor, weights: Int8GemmWeights, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [R, IN] float32 contiguous -> x @ W.T (+ bias) [R, OUT], x quantized to int8 per block of
-    32 inside the kernel."""
+    """x [R, IN] float32 contiguous -> x @ W.T (+ bias) [R, OUT], x quantized per block of 32 inside
+    the kernel: to int8 for 4-bit weights, to int16 for 8-bit ones."""
     rows, in_features = x.shape
     out = torch.empty(rows, weights.out_features)
-    scratch = torch.empty(rows * in_features + 8 * rows * (in_features // INT8_BLOCK), dtype=torch.uint8)
+    x_bytes = rows * in_features * weights.bits // 4
+    scratch = torch.empty(x_bytes + 8 * rows * (in_features // INT8_BLOCK), dtype=torch.uint8)
     _built().tenor_int8_gemm_f32(
         _ptr(x),
         _ptr(weights.levels),
+        weights.bits,
         _ptr(weights.steps),
         _ptr(weights.offsets),
         None if bias is None else _ptr(bias),

@@ -1,5 +1,6 @@
-"""The 4-bit weights' int8 GEMM (tenor/csrc/int8_gemm.c): against its integer reference and the
-float product, its layout, and where tenor chooses it."""
+"""The block weights' integer GEMM (tenor/csrc/int8_gemm.c), 4-bit levels against int8 x and 8-bit
+levels against int16 x: against its integer reference and the float product, its layout, and
+where tenor chooses it."""
 
 import dataclasses
 
@@ -25,12 +26,20 @@ def q4_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     return q // 17, nibbles[1], nibbles[2]
 
 
+def q8_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Any weight as (int8 levels, steps, offsets), as Int8BlockKernel hands it over."""
+    q, scales, mins = native.quantize_u8_blocks(weight)
+    levels, offsets = native.signed_blocks(q, scales, mins)
+    return levels, scales, offsets
+
+
 def integer_reference(x, levels, steps, offsets, bias):
-    """What the kernel computes: x to int8 per block of 32 (absmax / 127, rounded half to even),
-    exact integer dots, each scaled by both steps, plus each offset times x's float block sum."""
+    """What the kernel computes: x to int8 (4-bit levels) or int16 (8-bit) per block of 32 (absmax /
+    127 or 32767, rounded half to even), exact integer dots, each scaled by both steps, plus each
+    offset times x's float block sum."""
     rows, in_features = x.shape
     blocks = x.view(rows, in_features // 32, 32)
-    step = blocks.abs().amax(dim=-1, keepdim=True) / 127.0
+    step = blocks.abs().amax(dim=-1, keepdim=True) / (32767.0 if levels.dtype == torch.int8 else 127.0)
     xq = torch.round(blocks / step.clamp(min=1e-30))
     w = levels.view(levels.shape[0], in_features // 32, 32).double()
     dots = torch.einsum("rbi,obi->rob", xq.double(), w)
@@ -41,22 +50,27 @@ def integer_reference(x, levels, steps, offsets, bias):
 
 @needs_simd
 @pytest.mark.parametrize("rows", [1, 5, 6, 7, 30, 100])  # whole and partial tiles of 6; 30, 100: several chunks
-@pytest.mark.parametrize("with_bias", [False, True])
-def test_int8_gemm_matches_its_integer_reference_and_the_float_product(rows, with_bias):
+@pytest.mark.parametrize("bits, with_bias", [(4, False), (4, True), (8, True)])
+def test_int8_gemm_matches_its_integer_reference_and_the_float_product(rows, bits, with_bias):
     gen = torch.Generator().manual_seed(rows)
-    weight = q4_1_weight(24, 96, seed=rows)
+    weight = q4_1_weight(24, 96, seed=rows) if bits == 4 else torch.randn(24, 96, generator=gen) * 0.05
     bias = torch.randn(24, generator=gen) if with_bias else None
-    levels, steps, offsets = q4_levels(weight)
+    levels, steps, offsets = q4_levels(weight) if bits == 4 else q8_levels(weight)
     packed = native.int8_gemm_pack(levels, steps, offsets)
+    assert packed.bits == bits
     assert packed.levels.shape == (3, 3, 256) and packed.steps.shape == packed.offsets.shape == (3, 3, 8)
     x = torch.randn(rows, 96, generator=gen)
     x[0, :32] *= 50.0  # one block far larger than the rest: steps are per block, not per row
     got = native.int8_gemm(x, packed, bias)
     expected = integer_reference(x, levels, steps, offsets, bias)
     assert got.shape == (rows, 24)
-    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-4)
-    float_product = F.linear(x, weight, bias)  # what int8 activations cost: half a step of x a weight
-    assert (got - float_product).abs().max() <= 0.02 * float_product.abs().max()
+    if bits == 4:
+        assert torch.allclose(got, expected, rtol=1e-5, atol=1e-4)
+    else:  # int16 x's dots reach 2^27, past float32's 24-bit mantissa: float32 rounding of the largest
+        assert (got - expected).abs().max() <= 3e-5 * expected.abs().max()
+    float_product = F.linear(x, weight, bias)  # what quantizing x costs: half a step of x a weight
+    tolerance = 0.02 if bits == 4 else 0.01  # int16 x: the 8-bit weights' own rounding dominates
+    assert (got - float_product).abs().max() <= tolerance * float_product.abs().max()
 
 
 def test_pack_puts_four_inputs_of_eight_outputs_in_each_step():
@@ -68,6 +82,8 @@ def test_pack_puts_four_inputs_of_eight_outputs_in_each_step():
     assert packed.steps[1, 1, 1] == steps[9, 1] and packed.offsets[1, 0, 7] == offsets[15, 0]
     with pytest.raises(ValueError, match="multiple of 8"):
         native.int8_gemm_pack(levels[:12], steps[:12], offsets[:12])
+    signed = native.int8_gemm_pack(levels.to(torch.int8) - 8, steps, offsets)
+    assert signed.bits == 8 and signed.levels[1, 1, 16 * 2 + 2 * 1 + 1] == 256 - 5  # input 37: step 2, input 1
     with pytest.raises(ValueError, match="4-bit levels"):
         native.int8_gemm_pack(levels * 2, steps, offsets)
 
@@ -76,18 +92,23 @@ AVX2_ONLY = dataclasses.replace(hardware.cpu_info(), flags=frozenset({"avx2", "f
 
 
 @needs_simd
-def test_q4_weights_take_the_int8_gemm_for_big_batches_on_avx2_only_cpus(monkeypatch):
+@pytest.mark.parametrize("int8_activations", [False, True])
+def test_block_weights_take_the_integer_gemm_for_big_batches_on_avx2_only_cpus(monkeypatch, int8_activations):
     monkeypatch.setattr(hardware, "cpu_info", lambda: AVX2_ONLY)
     weight, bias = q4_1_weight(48, 64, seed=8), torch.randn(48)
-    kernel = Int8BlockKernel(weight, bias)
+    kernel = Int8BlockKernel(weight, bias, int8_activations=int8_activations)
     assert kernel.bits == 4 and isinstance(kernel.batched, Int8GemmKernel)
+    # int8 x against the 4-bit levels only when asked (--quantize int8a8); by default int16 x
+    # against them shifted to int8 levels, as exact as float weights
+    assert kernel.batched.weights.bits == (4 if int8_activations else 8)
     assert kernel.nbytes() == 48 * 64 // 2 + 48 * 64 + 4 * (4 * 48 * 2) + 2 * 4 * 48  # nibbles, bytes, steps, biases
     x = torch.randn(2, 20, 64)
     out = kernel(x)
     assert out.shape == (2, 20, 48)
-    assert (out - F.linear(x, weight, bias)).abs().max() <= 0.02 * out.abs().max()
-    eight_bit = Int8BlockKernel(torch.randn(48, 64) * 0.05, None)  # not Q4_1 blocks: the float GEMM
-    assert eight_bit.bits == 8 and not isinstance(eight_bit.batched, Int8GemmKernel)
+    error = (out - F.linear(x, weight, bias)).abs().max() / out.abs().max()
+    assert error <= (0.02 if int8_activations else 1e-4)
+    eight_bit = Int8BlockKernel(torch.randn(48, 64) * 0.05, None, int8_activations=int8_activations)
+    assert eight_bit.bits == 8 and eight_bit.batched.weights.bits == 8  # int16 x for 8-bit weights always
 
 
 def test_the_int8_gemm_is_chosen_only_on_avx2_cpus_without_avx512(monkeypatch):
