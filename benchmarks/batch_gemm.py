@@ -1,7 +1,8 @@
 """The GEMMs behind big batches (prefill, many streams) on this CPU, float32 in and out:
-FBGEMM's fp16-weight GEMM against oneDNN in bf16 (packed weight) and tenor's int8 GEMM for
-4-bit weights (tenor/csrc/int8_gemm.c), for the default model's linear shapes. Which one wins
-decides `tenor.models.kernels.batched_kernel` and `int8_gemm_applies`.
+FBGEMM's fp16-weight GEMM against oneDNN in bf16 (packed weight) and tenor's integer GEMM for
+block weights (tenor/csrc/int8_gemm.c: 4-bit levels against int16 x, the default on AVX2-only
+CPUs, and against int8 x, `--quantize int8a8`), for the default model's linear shapes. Which one
+wins decides `tenor.models.kernels.batched_kernel` and `int8_gemm_applies`.
 
     python benchmarks/batch_gemm.py [--rows 16,64,256] [--repeats 20] [--as-avx2]
 
@@ -56,7 +57,7 @@ def main() -> None:
     threads = configure_threads()
     cpu = cpu_info()
     print(f"CPU {cpu.model_name} ({cpu.isa}), {threads} threads")
-    print("| shape (out x in) | rows | FBGEMM fp16 ms | oneDNN bf16 ms | fp16 / bf16 | int8 GEMM ms | fp16 / int8 |")
+    print("| shape | rows | FBGEMM fp16 ms | oneDNN bf16 ms | fp16 / bf16 | int16 x / int8 x ms | fp16 / each |")
     print("|---|---|---|---|---|---|---|")
     warnings.simplefilter("ignore")  # FBGEMM's prepack warns about quantized tensors it does not use
     for out_features, in_features in SHAPES:
@@ -68,7 +69,10 @@ def main() -> None:
             bf16 = None
         levels = torch.randint(0, 16, (out_features, in_features), dtype=torch.uint8)
         steps = torch.rand(out_features, in_features // 32) * 0.01
-        int8 = native.int8_gemm_pack(levels, steps, -8 * steps) if native.int8_gemm_simd() else None
+        integer = []
+        if native.int8_gemm_simd():  # the same weights as int8 levels (int16 x) and as 0..15 (int8 x)
+            integer = [native.int8_gemm_pack(levels.to(torch.int8) - 8, steps, 0 * steps)]
+            integer.append(native.int8_gemm_pack(levels, steps, -8 * steps))
         for rows in (int(r) for r in args.rows.split(",")):
             x = torch.randn(rows, in_features)
             a = median_ms(lambda: torch.ops.quantized.linear_dynamic_fp16(x, fp16), args.repeats)
@@ -81,11 +85,11 @@ def main() -> None:
                     args.repeats,
                 )
                 row += f" {b:.3f} | {a / b:.2f}x |"
-            if int8 is None:
+            if not integer:
                 row += " - | - |"
             else:
-                c = median_ms(lambda: native.int8_gemm(x, int8, None), args.repeats)
-                row += f" {c:.3f} | {a / c:.2f}x |"
+                c = [median_ms(lambda w=w: native.int8_gemm(x, w, None), args.repeats) for w in integer]
+                row += f" {c[0]:.3f} / {c[1]:.3f} | {a / c[0]:.2f}x / {a / c[1]:.2f}x |"
             print(row)
 
 
