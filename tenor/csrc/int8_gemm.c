@@ -29,11 +29,10 @@
 #define ROW_CHUNK 24
 
 #ifdef __AVX2__
-/* One block of 32 floats -> 32 int8 (rounded to nearest even) at step absmax / 127; returns the
- * step and sets *sum to the block's float sum. */
-static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
+/* A block of 32 floats into v, its absmax (returned) and its sum (*sum). */
+static inline float block_absmax(const float *xb, __m256 v[4], float *sum) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 v[4], amax = _mm256_setzero_ps(), total = _mm256_setzero_ps();
+    __m256 amax = _mm256_setzero_ps(), total = _mm256_setzero_ps();
     for (int j = 0; j < 4; j++) {
         v[j] = _mm256_loadu_ps(xb + 8 * j);
         amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
@@ -46,7 +45,14 @@ static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
     s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
     *sum = _mm_cvtss_f32(s4);
-    const float d = _mm_cvtss_f32(m4) / 127.0f;
+    return _mm_cvtss_f32(m4);
+}
+
+/* One block of 32 floats -> 32 int8 (rounded to nearest even) at step absmax / 127; returns the
+ * step and sets *sum to the block's float sum. */
+static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
+    __m256 v[4];
+    const float d = block_absmax(xb, v, sum) / 127.0f;
     const __m256 inv = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
     __m256i i[4];
     for (int j = 0; j < 4; j++) i[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], inv));
@@ -58,51 +64,37 @@ static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
 
 /* quantize_block for int16 (step absmax / 32767), for 8-bit weights. */
 static inline float quantize_block16(const float *xb, int16_t *qb, float *sum) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 v[4], amax = _mm256_setzero_ps(), total = _mm256_setzero_ps();
-    for (int j = 0; j < 4; j++) {
-        v[j] = _mm256_loadu_ps(xb + 8 * j);
-        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
-        total = _mm256_add_ps(total, v[j]);
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(total), _mm256_extractf128_ps(total, 1));
-    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-    *sum = _mm_cvtss_f32(s4);
-    const float d = _mm_cvtss_f32(m4) / 32767.0f;
+    __m256 v[4];
+    const float d = block_absmax(xb, v, sum) / 32767.0f;
     const __m256 inv = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
     for (int j = 0; j < 4; j += 2) {
-        const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], inv)), b = _mm256_cvtps_epi32(_mm256_mul_ps(v[j + 1], inv));
+        const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], inv));
+        const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(v[j + 1], inv));
         /* packs works within 128-bit lanes: the permute puts the two groups of 8 back in order */
         _mm256_storeu_si256((__m256i *)(qb + 8 * j), _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8));
     }
     return d;
 }
 #else
-static inline float quantize_block16(const float *xb, int16_t *qb, float *sum) {
+static inline float block_absmax(const float *xb, float *sum) {
     float total = 0.0f, amax = 0.0f;
     for (int i = 0; i < 32; i++) {
         total += xb[i];
         amax = fmaxf(amax, fabsf(xb[i]));
     }
-    const float d = amax / 32767.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
-    for (int i = 0; i < 32; i++) qb[i] = (int16_t)nearbyintf(xb[i] * inv);
     *sum = total;
+    return amax;
+}
+
+static inline float quantize_block16(const float *xb, int16_t *qb, float *sum) {
+    const float d = block_absmax(xb, sum) / 32767.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < 32; i++) qb[i] = (int16_t)nearbyintf(xb[i] * inv);
     return d;
 }
 
 static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
-    float total = 0.0f, amax = 0.0f;
-    for (int i = 0; i < 32; i++) {
-        total += xb[i];
-        amax = fmaxf(amax, fabsf(xb[i]));
-    }
-    const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+    const float d = block_absmax(xb, sum) / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
     for (int i = 0; i < 32; i++) qb[i] = (int8_t)nearbyintf(xb[i] * inv);
-    *sum = total;
     return d;
 }
 #endif
