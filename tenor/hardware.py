@@ -37,6 +37,7 @@ from pathlib import Path
 
 DTYPE_CHOICES = ("auto", "bfloat16", "float32")
 QUANTIZE_CHOICES = ("auto", "none", "fp16", "int8", "int8a8")
+CPU_KERNEL_WEIGHTS = ("fp16", "int8", "int8a8")  # the --quantize values that run on tenor's CPU kernels
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 WEIGHT_LABELS = {
     "dense": "weights in the activation dtype",
@@ -208,7 +209,7 @@ def choose_precision(
             dtype, why = "float32", "no native bf16 on this CPU (it would be emulated, ~10x slower)"
     else:
         why = f"dtype {dtype} set by the model config or --dtype"
-    if quantize in ("fp16", "int8", "int8a8"):
+    if quantize in CPU_KERNEL_WEIGHTS:
         if dtype != "float32":
             raise ValueError(
                 f"quantize {quantize} needs float32 activations (--dtype float32, or auto on a CPU without native bf16)"
@@ -250,7 +251,7 @@ def check_device_room(device: str, kv_cache_bytes: int) -> None:
 
 
 def _cuda_precision(dtype: str, quantize: str) -> Precision:
-    if quantize in ("fp16", "int8", "int8a8"):
+    if quantize in CPU_KERNEL_WEIGHTS:
         raise ValueError(f"quantize {quantize} runs on CPU kernels only; use --quantize none (or auto) on cuda")
     if dtype == "auto":
         return Precision("bfloat16", "dense", "the GPU computes bf16 natively", "cuda")

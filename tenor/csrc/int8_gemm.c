@@ -25,7 +25,7 @@
 /* Rows of the batch a tile computes at once: six rows' two accumulators each, a step's weights
  * and x's broadcast fit AVX2's sixteen registers. */
 #define TILE_ROWS 6
-/* Rows whose int8 x (and block steps) stay in L1 while every output tile reads them: whole tiles. */
+/* Rows whose quantized x (and block steps) stay in L1 while every output tile reads them: whole tiles. */
 #define ROW_CHUNK 24
 
 #ifdef __AVX2__
