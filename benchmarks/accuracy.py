@@ -10,7 +10,7 @@ float32 on the same GGUF (the reference of the correctness tests):
   exactly, and the mean common prefix.
 
     python benchmarks/accuracy.py [--precisions float32/none,float32/fp16,float32/int8] [--device cpu|cuda]
-                                  [--json-out FILE]
+                                  [--json-out FILE] [--as-cpu avx2|avx512]
 
 A precision is DTYPE/QUANTIZE as `tenor serve --dtype --quantize` take them; add `+kv8` for the
 int8 KV cache (e.g. float32/int8+kv8).
@@ -29,7 +29,7 @@ import torch
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.avx2_proxy import narrow_to_avx2  # noqa: E402
+from benchmarks.cpu_proxy import narrow_to  # noqa: E402
 from tenor import registry  # noqa: E402
 from tenor.checkpoints.default_model import default_gguf_path  # noqa: E402
 from tenor.engine.api import GenerateRequest, SamplingParams  # noqa: E402
@@ -191,10 +191,13 @@ def main() -> None:
     parser.add_argument("--precisions", default="float32/none,float32/fp16,float32/int8,float32/int8+kv8,bfloat16/none")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where tenor runs (HF: the CPU)")
     parser.add_argument("--json-out")
-    parser.add_argument("--as-avx2", action="store_true", help="as on an AVX2-only CPU (benchmarks/avx2_proxy.py)")
+    parser.add_argument(
+        "--as-cpu", choices=("avx2", "avx512"), help="run the code such a CPU runs, through benchmarks/cpu_proxy.py"
+    )
+    parser.add_argument("--as-avx2", dest="as_cpu", action="store_const", const="avx2", help="--as-cpu avx2")
     args = parser.parse_args()
-    if args.as_avx2:
-        narrow_to_avx2()
+    if args.as_cpu:
+        narrow_to(args.as_cpu)
     from tenor.hardware import cpu_info
 
     tokenizer = load_tokenizer(default_gguf_path())

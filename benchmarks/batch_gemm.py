@@ -4,12 +4,12 @@ block weights (tenor/csrc/int8_gemm.c: 4-bit levels against int16 x, the default
 CPUs, and against int8 x, `--quantize int8a8`), for the default model's linear shapes. Which one
 wins decides `tenor.models.kernels.batched_kernel` and `int8_gemm_applies`.
 
-    python benchmarks/batch_gemm.py [--rows 16,64,256] [--repeats 20] [--as-avx2]
+    python benchmarks/batch_gemm.py [--rows 16,64,256] [--repeats 20] [--as-cpu avx2|avx512]
 
 oneDNN bf16 is skipped where this torch or CPU lacks it; on CPUs without native bf16 it is
 emulated and slow, which is the point of measuring it. The int8 GEMM is skipped where tenor's
-kernels are not built with its vector path (AVX2). --as-avx2: the code an AVX2-only CPU runs
-(benchmarks/avx2_proxy.py).
+kernels are not built with its vector path (AVX2). --as-cpu: the code an AVX2-only (avx2) or
+Cascade Lake (avx512) CPU runs (benchmarks/cpu_proxy.py); --as-avx2 is --as-cpu avx2.
 """
 
 from __future__ import annotations
@@ -46,12 +46,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default="16,64,256")
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--as-avx2", action="store_true", help="as on an AVX2-only CPU")
+    parser.add_argument(
+        "--as-cpu", choices=("avx2", "avx512"), help="run the code such a CPU runs, through benchmarks/cpu_proxy.py"
+    )
+    parser.add_argument("--as-avx2", dest="as_cpu", action="store_const", const="avx2", help="--as-cpu avx2")
     args = parser.parse_args()
-    if args.as_avx2:
-        from benchmarks.avx2_proxy import narrow_to_avx2
+    if args.as_cpu:
+        from benchmarks.cpu_proxy import narrow_to
 
-        narrow_to_avx2()
+        narrow_to(args.as_cpu)
     from tenor.hardware import configure_threads, cpu_info
 
     threads = configure_threads()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.cpu_proxy import PROFILES
+
 HERE = Path(__file__).resolve().parent
 DEFAULT_LLAMA_SERVER = Path("/work/peers/build/bin/llama-server")
 # Tokens a llama-server slot needs: the longest prompt (about 350 tokens with the chat
@@ -37,13 +39,15 @@ class PeerOptions:
     llama_server: Path | None = None  # None: $LLAMA_SERVER, then DEFAULT_LLAMA_SERVER, then PATH
     tenor_args: tuple[str, ...] = ()
     llama_args: tuple[str, ...] = ()
-    tenor_as_avx2: bool = False  # tenor through benchmarks/avx2_proxy.py: the code an AVX2-only CPU runs
+    tenor_as_cpu: str | None = None  # an ISA of benchmarks/cpu_proxy.py: tenor runs the code such a CPU runs
 
     def __post_init__(self) -> None:
         if not self.gguf.is_file():
             raise ValueError(f"no such GGUF file: {self.gguf}")
         if self.threads < 1 or self.llama_slots < 1:
             raise ValueError("threads and llama slots must be at least 1")
+        if self.tenor_as_cpu is not None and self.tenor_as_cpu not in PROFILES:
+            raise ValueError(f"unknown tenor_as_cpu {self.tenor_as_cpu!r}: choose from {', '.join(PROFILES)}")
 
 
 def find_llama_server(explicit: Path | None) -> Path | None:
@@ -60,7 +64,11 @@ def server_specs(names: list[str], options: PeerOptions) -> list[ServerSpec]:
     specs = []
     for name in names:
         if name == "tenor":
-            entry = (str(HERE / "avx2_proxy.py"),) if options.tenor_as_avx2 else ("-m", "tenor.cli.main")
+            entry = (
+                (str(HERE / "cpu_proxy.py"), "--isa", options.tenor_as_cpu)
+                if options.tenor_as_cpu
+                else ("-m", "tenor.cli.main")
+            )
             argv = (
                 sys.executable,
                 *entry,

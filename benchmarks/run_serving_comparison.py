@@ -74,7 +74,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tenor-args", default="", help="extra flags for `tenor serve`, one shell-quoted string")
     p.add_argument("--llama-args", default="", help="extra flags for llama-server, one shell-quoted string")
     p.add_argument(
-        "--tenor-as-avx2", action="store_true", help="tenor as on an AVX2-only CPU (benchmarks/avx2_proxy.py)"
+        "--tenor-as-cpu",
+        choices=("avx2", "avx512"),
+        help="tenor: run the code such a CPU runs, through benchmarks/cpu_proxy.py",
+    )
+    p.add_argument(
+        "--tenor-as-avx2", dest="tenor_as_cpu", action="store_const", const="avx2", help="--tenor-as-cpu avx2"
     )
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds a server may take to load")
     p.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request")
@@ -173,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             llama_server=args.llama_server,
             tenor_args=tuple(shlex.split(args.tenor_args)),
             llama_args=tuple(shlex.split(args.llama_args)),
-            tenor_as_avx2=args.tenor_as_avx2,
+            tenor_as_cpu=args.tenor_as_cpu,
         )
         specs = server_specs([s.strip() for s in args.servers.split(",") if s.strip()], options)
     except (ValueError, FileNotFoundError) as exc:

@@ -3,9 +3,11 @@ the benchmark's prompt set through the default model, then the mean time per ste
 (linears, the LM head, attention, norms, rotary + KV write, SiLU) for pure decode steps of at
 least C - 2 rows and for steps that carry prompt chunks.
 
-    python benchmarks/step_profile.py [--concurrency 32] [--prompts 64] [--max-tokens 128] [--as-avx2]
+    python benchmarks/step_profile.py [--concurrency 32] [--prompts 64] [--max-tokens 128]
+                                      [--as-cpu avx2|avx512]
 
---as-avx2 runs the code an AVX2-only CPU would on this one (see benchmarks/avx2_proxy.py).
+--as-cpu runs the code an AVX2-only (avx2) or Cascade Lake (avx512) CPU would on this one (see
+benchmarks/cpu_proxy.py); --as-avx2 is --as-cpu avx2.
 
 The parts are timed by wrapping the model's Python-level calls, so each figure includes the
 dispatch around its kernel; their sum falls short of the step by the glue between them.
@@ -27,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 import tenor.models.layers as layers  # noqa: E402
 import tenor.models.llama as llama  # noqa: E402
-from benchmarks.avx2_proxy import narrow_to_avx2  # noqa: E402
+from benchmarks.cpu_proxy import narrow_to  # noqa: E402
 from tenor import registry  # noqa: E402
 from tenor.bench.prompts import make_prompts  # noqa: E402
 from tenor.engine.api import GenerateRequest, SamplingParams  # noqa: E402
@@ -132,10 +134,13 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--dtype", default="auto", help="as `tenor serve --dtype`")
     parser.add_argument("--quantize", default="auto", help="as `tenor serve --quantize`")
-    parser.add_argument("--as-avx2", action="store_true", help="the code an AVX2-only CPU runs (see above)")
+    parser.add_argument(
+        "--as-cpu", choices=("avx2", "avx512"), help="run the code such a CPU runs, through benchmarks/cpu_proxy.py"
+    )
+    parser.add_argument("--as-avx2", dest="as_cpu", action="store_const", const="avx2", help="--as-cpu avx2")
     args = parser.parse_args()
-    if args.as_avx2:
-        narrow_to_avx2()
+    if args.as_cpu:
+        narrow_to(args.as_cpu)
     _instrument()
     asyncio.run(_run(args))
 

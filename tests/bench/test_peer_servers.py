@@ -30,9 +30,16 @@ def test_specs_put_the_port_and_model_in_each_command(gguf, tmp_path):
     assert int(llama.argv[llama.argv.index("-c") + 1]) >= 4 * 600  # room for prompt + 128 per slot
 
 
-def test_tenor_as_avx2_runs_through_the_proxy(gguf):
-    (tenor,) = server_specs(["tenor"], PeerOptions(gguf=gguf, tenor_as_avx2=True))
-    assert tenor.argv[1].endswith("avx2_proxy.py") and tenor.argv[2] == "serve" and "tenor.cli.main" not in tenor.argv
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_tenor_as_cpu_runs_through_the_proxy(gguf, isa):
+    (tenor,) = server_specs(["tenor"], PeerOptions(gguf=gguf, tenor_as_cpu=isa))
+    assert tenor.argv[1].endswith("cpu_proxy.py") and tenor.argv[2:5] == ("--isa", isa, "serve")
+    assert "tenor.cli.main" not in tenor.argv
+
+
+def test_tenor_as_an_unknown_cpu_is_a_value_error(gguf):
+    with pytest.raises(ValueError, match="avx2, avx512"):
+        PeerOptions(gguf=gguf, tenor_as_cpu="avx10")
 
 
 def test_unknown_or_missing_servers_are_value_errors(gguf, tmp_path, monkeypatch):
