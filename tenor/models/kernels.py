@@ -208,13 +208,17 @@ class Int8GemmKernel(LinearKernel):
 
 
 def int8_gemm_applies(out_features: int) -> bool:
-    """Whether block weights take Int8GemmKernel for big batches here: an AVX2 CPU without AVX-512
-    (where FBGEMM's fp16 GEMM has twice the lanes; not measured there) and so without native bf16,
-    the kernel's vector path built, and OUT a multiple of its 8-output tiles."""
+    """Whether block weights take Int8GemmKernel for big batches here: CPUs without native bf16
+    (whose bf16 GEMMs are faster still), OUT a multiple of the kernel's 8-output tiles, and a build
+    whose vector path beats FBGEMM's fp16 GEMM: any on AVX2 CPUs without AVX-512 (both 256 bits
+    wide), on AVX-512 CPUs only the 512-bit VNNI one (benchmarks/RESULTS.md; without VNNI
+    FBGEMM's 512-bit FMAs are ahead)."""
     from tenor.hardware import cpu_info
 
-    flags = cpu_info().flags
-    return out_features % 8 == 0 and "avx2" in flags and "avx512f" not in flags and native.int8_gemm_simd()
+    cpu = cpu_info()
+    if out_features % 8 or "avx2" not in cpu.flags or cpu.native_bf16:
+        return False
+    return native.int8_gemm_width() >= (512 if "avx512f" in cpu.flags else 256)
 
 
 class Int8BlockKernel(DecodeKernel):

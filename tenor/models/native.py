@@ -343,7 +343,13 @@ def block_linear(
 def int8_gemm_simd() -> bool:
     """Whether the built library has int8_gemm's vector path (AVX2): where it lacks it, int8_gemm
     runs its portable form, slower than torch's GEMMs."""
-    return available() and bool(_built().tenor_int8_gemm_simd())
+    return int8_gemm_width() > 0
+
+
+def int8_gemm_width() -> int:
+    """The bits of int8_gemm's vector path in the built library: 512 (AVX-512 with VNNI, two tiles
+    a register), 256 (AVX2), 0 (none: not built, or built without AVX2)."""
+    return int(_built().tenor_int8_gemm_simd()) if available() else 0
 
 
 @dataclasses.dataclass(frozen=True)

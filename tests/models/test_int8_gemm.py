@@ -2,7 +2,12 @@
 levels against int16 x: against its integer reference and the float product, its layout, and
 where tenor chooses it."""
 
+import ctypes
 import dataclasses
+import platform
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,7 +54,8 @@ def integer_reference(x, levels, steps, offsets, bias):
 
 
 @needs_simd
-@pytest.mark.parametrize("rows", [1, 5, 6, 7, 30, 100])  # whole and partial tiles of 6; 30, 100: several chunks
+# whole and partial tiles of 6 (12 rows with AVX-512); 100: several chunks of 48
+@pytest.mark.parametrize("rows", [1, 5, 6, 7, 11, 12, 13, 30, 100])
 @pytest.mark.parametrize("bits, with_bias", [(4, False), (4, True), (8, True)])
 def test_int8_gemm_matches_its_integer_reference_and_the_float_product(rows, bits, with_bias):
     gen = torch.Generator().manual_seed(rows)
@@ -111,11 +117,66 @@ def test_block_weights_take_the_integer_gemm_for_big_batches_on_avx2_only_cpus(m
     assert eight_bit.bits == 8 and eight_bit.batched.weights.bits == 8  # int16 x for 8-bit weights always
 
 
-def test_the_int8_gemm_is_chosen_only_on_avx2_cpus_without_avx512(monkeypatch):
-    monkeypatch.setattr(kernels.native, "int8_gemm_simd", lambda: True)
-    for flags, expected in [({"avx2", "fma"}, True), ({"avx2", "avx512f"}, False), ({"asimd"}, False)]:
-        cpu = dataclasses.replace(hardware.cpu_info(), flags=frozenset(flags))
-        monkeypatch.setattr(hardware, "cpu_info", lambda cpu=cpu: cpu)
-        assert int8_gemm_applies(64) is expected, flags
-    monkeypatch.setattr(hardware, "cpu_info", lambda: AVX2_ONLY)
+@pytest.mark.parametrize(
+    "flags, width, expected",
+    [
+        ({"avx2", "fma"}, 256, True),  # AVX2 only: the integer GEMM against FBGEMM's 256-bit fp16
+        ({"avx2", "avx_vnni"}, 256, True),
+        ({"avx2", "avx512f"}, 256, False),  # AVX-512 without VNNI: FBGEMM's 512-bit FMAs are ahead
+        ({"avx2", "avx512f", "avx512_vnni"}, 512, True),  # Cascade Lake, Ice Lake
+        ({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"}, 512, False),  # native bf16 GEMMs instead
+        ({"avx2", "avx512f", "amx_bf16"}, 512, False),
+        ({"avx2", "fma"}, 0, False),  # a build without the vector path
+        ({"asimd"}, 0, False),
+    ],
+)
+def test_the_int8_gemm_is_chosen_where_it_beats_the_float_gemms(monkeypatch, flags, width, expected):
+    monkeypatch.setattr(kernels.native, "int8_gemm_width", lambda: width)
+    cpu = dataclasses.replace(hardware.cpu_info(), flags=frozenset(flags))
+    monkeypatch.setattr(hardware, "cpu_info", lambda: cpu)
+    assert int8_gemm_applies(64) is expected
     assert not int8_gemm_applies(60)  # not whole tiles of 8 outputs
+
+
+# Each vector path the build can take, with the flags gcc needs for it and the cpuinfo flags the host
+# needs to run it: AVX2 alone (vpmaddubsw, vpmaddwd), AVX2 with AVX-VNNI, AVX-512 with VNNI (two
+# tiles a register, 12-row tiles), and the portable C.
+BUILDS = [
+    ("portable", ["-march=x86-64"], set()),
+    ("avx2", ["-march=haswell"], {"avx2", "fma", "f16c"}),
+    ("avx-vnni", ["-march=haswell", "-mavxvnni"], {"avx2", "fma", "avx_vnni"}),
+    ("avx512-vnni", ["-march=cascadelake"], {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"}),
+]
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or platform.machine() != "x86_64", reason="needs gcc on x86-64")
+@pytest.mark.parametrize("name, march, needs", BUILDS, ids=[b[0] for b in BUILDS])
+def test_every_build_of_the_int8_gemm_matches_the_integer_reference(tmp_path, name, march, needs):
+    missing = needs - hardware.cpu_info().flags
+    if missing:
+        pytest.skip(f"this CPU cannot run the {name} build (no {', '.join(sorted(missing))})")
+    library = tmp_path / f"int8_gemm_{name}.so"
+    source = Path(native.__file__).parent.parent / "csrc" / "int8_gemm.c"
+    flags = ["-O2", *march, "-fopenmp", "-shared", "-fPIC", "-std=c99"]
+    subprocess.run(["gcc", *flags, "-o", str(library), str(source), "-lm"], check=True)
+    lib = ctypes.CDLL(str(library))
+    lib.tenor_int8_gemm_f32.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] + [ctypes.c_void_p] * 5
+    lib.tenor_int8_gemm_f32.argtypes += [ctypes.c_int64] * 4
+    lib.tenor_int8_gemm_simd.restype = ctypes.c_int64
+    assert lib.tenor_int8_gemm_simd() == {"portable": 0, "avx512-vnni": 512}.get(name, 256)
+    gen = torch.Generator().manual_seed(3)
+    for bits in (4, 8):
+        weight = q4_1_weight(40, 64, seed=3) if bits == 4 else torch.randn(40, 64, generator=gen) * 0.05
+        levels, steps, offsets = q4_levels(weight) if bits == 4 else q8_levels(weight)
+        packed = native.int8_gemm_pack(levels, steps, offsets)  # 5 tiles: two pairs and one alone
+        bias = torch.randn(40, generator=gen)
+        for rows in (3, 13, 60):
+            x = torch.randn(rows, 64, generator=gen)
+            out = torch.empty(rows, 40)
+            scratch = torch.empty(rows * 64 * 2 + 8 * rows * 2, dtype=torch.uint8)
+            lib.tenor_int8_gemm_f32(
+                x.data_ptr(), packed.levels.data_ptr(), bits, packed.steps.data_ptr(), packed.offsets.data_ptr(),
+                bias.data_ptr(), out.data_ptr(), scratch.data_ptr(), rows, 64, 40, 2,
+            )  # fmt: skip
+            expected = integer_reference(x, levels, steps, offsets, bias)
+            assert (out - expected).abs().max() <= 3e-5 * expected.abs().max(), (bits, rows)
