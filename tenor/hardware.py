@@ -11,9 +11,10 @@ the CPUs we meet (benchmarks/RESULTS.md):
   decode steps (tenor's own kernel, tenor/csrc; a GGUF Q4_1 or Q8_0 block is held exactly) and
   with a 2-byte copy for prefill and many streams: bf16 through oneDNN where the CPU computes
   bf16 natively (AVX512-BF16: ~2x FBGEMM at 64-256 rows), else float16 (FBGEMM's fp16 GEMM);
-  without a C compiler, float16 alone. On AVX2-only CPUs the blocks themselves serve those
-  batches instead, through tenor's integer GEMM with activations in int16 per block of 32 (as
-  exact as FBGEMM's fp16, 1.05-1.3x its speed, half its bytes); `--quantize int8a8` takes int8
+  without a C compiler, float16 alone. On AVX2 CPUs without AVX-512, and on AVX-512 ones with VNNI
+  but no bf16 (Cascade Lake, Ice Lake), the blocks themselves serve those batches instead, through
+  tenor's integer GEMM with activations in int16 per block of 32 (as exact as FBGEMM's fp16,
+  1.0-1.4x its speed and 1.3-3x on the LM head, fewer bytes); `--quantize int8a8` takes int8
   activations against 4-bit weights there (llama.cpp's numerics: ~1.8x FBGEMM, 95.5 % prefill
   top-1 on the default model against 100 %).
   Accuracy against HF transformers in float32 on the default model: benchmarks/accuracy.py,
@@ -43,9 +44,9 @@ WEIGHT_LABELS = {
     "dense": "weights in the activation dtype",
     "fp16": "float16 weights, read in place by tenor's kernel for decode, bf16 (oneDNN) or FBGEMM's fp16 for prefill",
     "int8": "int8 weights in blocks of 32 for decode (tenor's kernel), bf16 (oneDNN) or float16 (FBGEMM) for prefill "
-    "(AVX2-only CPUs: the blocks through tenor's integer GEMM, activations in int16)",
-    "int8a8": "int8 weights as for int8, and 4-bit ones against int8 activations for prefill on AVX2-only CPUs "
-    "(llama.cpp's numerics: faster, less exact)",
+    "(CPUs without native bf16: the blocks through tenor's integer GEMM, activations in int16)",
+    "int8a8": "int8 weights as for int8, and 4-bit ones against int8 activations for prefill on CPUs without "
+    "native bf16 (llama.cpp's numerics: faster, less exact)",
 }
 
 

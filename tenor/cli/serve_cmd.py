@@ -57,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="how linear weights are stored: auto (default: int8 for decode + fp16 for prefill "
         "beside float32 activations on x86), none (in --dtype; exact), fp16 (FBGEMM's fp16 GEMM), "
-        "int8, int8a8 (int8 activations against 4-bit weights for prefill on AVX2-only CPUs: faster, less exact)",
+        "int8, int8a8 (int8 activations against 4-bit weights for prefill on CPUs without native bf16: "
+        "faster, less exact)",
     )
     parser.add_argument(
         "--api-key",

@@ -1,4 +1,5 @@
-/* The block weights' GEMM for big batches (prompts, many streams) on AVX2 CPUs without native bf16.
+/* The block weights' GEMM for big batches (prompts, many streams) on x86 CPUs without native bf16:
+ * AVX2 ones, and AVX-512 ones with VNNI (Cascade Lake, Ice Lake), where it is built 512 bits wide.
  *
  * Weights in blocks of 32 along IN, each block with a step and an offset: W ~= level * step + offset,
  * repacked at load by tenor/models/native.py for eight outputs at a time (int8_gemm_pack). Rows of
@@ -9,8 +10,9 @@
  *   bits 8: levels -128..127 (Q8_0 and any 8-bit block: the default model's LM head) against int16
  *     x (absmax / 32767, near float32's error): vpmaddwd, 16 multiply-adds an instruction. Int8 x
  *     cost the default model 5 % of its top-1 agreement through the LM head.
- * On an AVX2-only CPU the float GEMMs (FBGEMM's fp16) are bound by their FMAs; see
- * benchmarks/RESULTS.md for what this gives and what it costs in accuracy.
+ * With VNNI (vpdpbusd, vpdpwssd) each multiply-add also accumulates. On these CPUs the float GEMMs
+ * (FBGEMM's fp16) are bound by their FMAs; see benchmarks/RESULTS.md for what this gives and what
+ * it costs in accuracy.
  *
  * Layout, for output tile t (outputs 8t..8t+7) and block b: 256 bytes, a step of 32 (bits 4: 8
  * steps of 4 inputs) or 16 bytes (bits 8: 16 steps of 2 inputs); step s holds its inputs of the

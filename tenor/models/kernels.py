@@ -18,8 +18,8 @@ Each kernel owns its weight in the layout its library wants and computes x @ W.T
   batches where the CPU computes bf16 natively, else FBGEMM fp16), `Float32DecodeKernel` float32
   weights (oneDNN or F.linear for big batches; one copy).
 - `Int8GemmKernel`: block weights through tenor's integer GEMM, the big batches' kernel of
-  `Int8BlockKernel` on AVX2-only CPUs (x in int16 per block of 32, or int8 with `int8a8`; faster
-  than FBGEMM's fp16 there, benchmarks/RESULTS.md).
+  `Int8BlockKernel` on CPUs without native bf16 (`int8_gemm_applies`; x in int16 per block of
+  32, or int8 with `int8a8`; faster than FBGEMM's fp16 there, benchmarks/RESULTS.md).
 - `Int8WeightOnlyKernel`: int8 weights with per-row scales (`tenor convert --quantize int8`),
   through torch's fused CPU kernel.
 """
@@ -187,11 +187,11 @@ class DecodeKernel(LinearKernel):
 
 class Int8GemmKernel(LinearKernel):
     """Block weights through tenor's integer GEMM (tenor/csrc/int8_gemm.c): the big batches' kernel
-    of `Int8BlockKernel` on AVX2-only CPUs. x is quantized per block of 32: to int16 against 8-bit
-    levels (any block weights, 4-bit ones shifted to signed: as exact as FBGEMM's fp16 weights), or
-    to int8 against 4-bit levels (`--quantize int8a8`, llama.cpp's numerics: ~1.8x faster, 94.6 %
-    prefill top-1 on the default model against 100 %). One byte a weight and 0.25 for the steps
-    and offsets."""
+    of `Int8BlockKernel` on CPUs without native bf16 (`int8_gemm_applies`). x is quantized per
+    block of 32: to int16 against 8-bit levels (any block weights, 4-bit ones shifted to signed:
+    as exact as FBGEMM's fp16 weights), or to int8 against 4-bit levels (`--quantize int8a8`,
+    llama.cpp's numerics: ~1.8x faster, 94.6 % prefill top-1 on the default model against 100 %).
+    One byte a weight and 0.25 for the steps and offsets."""
 
     name = "int8_gemm"
 
@@ -225,8 +225,8 @@ class Int8BlockKernel(DecodeKernel):
     """8-bit weights in blocks of 32 that share a scale and a minimum (1.25 bytes a weight with the
     scales; holds GGUF's Q4_1 and Q8_0 blocks exactly), or 4 bits (0.75 bytes) when every block
     is a Q4_1 block, as in the default model's GGUF. With a 2-byte copy for big batches
-    (`batched_kernel`): 3.25 bytes a weight in all, still less than float32's 4; on AVX2-only CPUs
-    a 1.25-byte one for the integer GEMM instead (`Int8GemmKernel`: 2 bytes in all).
+    (`batched_kernel`): 3.25 bytes a weight in all, still less than float32's 4; where
+    `int8_gemm_applies`, a 1.25-byte one for the integer GEMM instead (`Int8GemmKernel`: 2 bytes in all).
     `int8_activations` (`--quantize int8a8`): int8 x against 4-bit levels there."""
 
     name = "int8"
