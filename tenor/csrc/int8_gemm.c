@@ -35,7 +35,7 @@
 /* Rows whose quantized x (and block steps) every output tile reads in turn, whole tiles: each
  * chunk reads the weights from memory once, which bounds a big weight (the LM head's 28 MB at a
  * few dozen rows), while the chunk's x stays in L2 (48 rows of 1536 int16: 147 KB). 48 rows against
- * 24 (x in L1): the LM head at 32 rows 1.2-1.3x faster, at 256 1.7x on AVX2; the rest the same. */
+ * 24 (x in L1): the LM head at 32 rows 1.2-1.4x faster, at 256 1.7x on AVX2; the rest the same. */
 #define ROW_CHUNK 48
 
 #ifdef __AVX2__
@@ -264,7 +264,8 @@ static inline __attribute__((always_inline)) void block_dots_wide(const uint8_t 
     }
 }
 
-/* gemm_tile for tiles a and b = a + 1 (tile_stride bytes of levels and nb * 8 steps apart). */
+/* gemm_tile for tiles a and b = a + 1 (nb * 256 bytes of levels and nb * 8 steps apart). The same
+ * shape as gemm_tile in registers twice as wide. */
 static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *wt, const float *steps,
                                                                  const float *offsets, const uint8_t *xq,
                                                                  const float *xd, const float *xsum, const float *bias,
