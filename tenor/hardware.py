@@ -15,8 +15,8 @@ the CPUs we meet (benchmarks/RESULTS.md):
   but no bf16 (Cascade Lake, Ice Lake), the blocks themselves serve those batches instead, through
   tenor's integer GEMM with activations in int16 per block of 32 (as exact as FBGEMM's fp16,
   1.0-1.4x its speed and 1.3-3x on the LM head, fewer bytes); `--quantize int8a8` takes int8
-  activations against 4-bit weights there (llama.cpp's numerics: ~1.8x FBGEMM, 95.5 % prefill
-  top-1 on the default model against 100 %).
+  activations against 4-bit weights there (llama.cpp's numerics: ~1.4-2.5x FBGEMM, 92.4-94.6 %
+  prefill top-1 on the default model against 100 %).
   Accuracy against HF transformers in float32 on the default model: benchmarks/accuracy.py,
   figures in RESULTS.md.
 

@@ -319,55 +319,49 @@ static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float 
         }
 }
 
-#define GEMM_ROWS(rows, tile)                                                                          \
+/* One tile's call with R and bits constants; for `pair`, two tiles' in one wide call where the
+ * build has it. */
+#if WIDE_TILES
+#define TILE_CALL(rows, b)                                                                             \
+    if (pair)                                                                                          \
+        gemm_tile_wide(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT);                 \
+    else                                                                                               \
+        gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT)
+#else
+#define TILE_CALL(rows, b) gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT)
+#endif
+#define GEMM_ROWS(rows)                                                                                \
     case rows:                                                                                         \
-        if (bits == 8)                                                                                 \
-            tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, 8, nb, OUT);                       \
-        else                                                                                           \
-            tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, 4, nb, OUT);                       \
+        if (bits == 8) {                                                                               \
+            TILE_CALL(rows, 8);                                                                        \
+        } else {                                                                                       \
+            TILE_CALL(rows, 4);                                                                        \
+        }                                                                                              \
         return;
 
 /* gemm_tile (or, for `pair`, gemm_tile_wide) with R and bits constants (each its own compiled loop). */
 static void gemm_rows(const uint8_t *wt, const float *steps, const float *offsets, const uint8_t *xq,
                       const float *xd, const float *xsum, const float *bias, float *out, int64_t R, int64_t bits,
                       int64_t nb, int64_t OUT, int pair) {
-#if WIDE_TILES
-    if (pair) {
-        switch (R) {
-            GEMM_ROWS(12, gemm_tile_wide)
-            GEMM_ROWS(11, gemm_tile_wide)
-            GEMM_ROWS(10, gemm_tile_wide)
-            GEMM_ROWS(9, gemm_tile_wide)
-            GEMM_ROWS(8, gemm_tile_wide)
-            GEMM_ROWS(7, gemm_tile_wide)
-            GEMM_ROWS(6, gemm_tile_wide)
-            GEMM_ROWS(5, gemm_tile_wide)
-            GEMM_ROWS(4, gemm_tile_wide)
-            GEMM_ROWS(3, gemm_tile_wide)
-            GEMM_ROWS(2, gemm_tile_wide)
-            GEMM_ROWS(1, gemm_tile_wide)
-        }
-    }
-#endif
 #ifdef __AVX2__
     switch (R) {
 #if TILE_ROWS > 6
-        GEMM_ROWS(12, gemm_tile)
-        GEMM_ROWS(11, gemm_tile)
-        GEMM_ROWS(10, gemm_tile)
-        GEMM_ROWS(9, gemm_tile)
-        GEMM_ROWS(8, gemm_tile)
-        GEMM_ROWS(7, gemm_tile)
+        GEMM_ROWS(12)
+        GEMM_ROWS(11)
+        GEMM_ROWS(10)
+        GEMM_ROWS(9)
+        GEMM_ROWS(8)
+        GEMM_ROWS(7)
 #endif
-        GEMM_ROWS(6, gemm_tile)
-        GEMM_ROWS(5, gemm_tile)
-        GEMM_ROWS(4, gemm_tile)
-        GEMM_ROWS(3, gemm_tile)
-        GEMM_ROWS(2, gemm_tile)
-        GEMM_ROWS(1, gemm_tile)
+        GEMM_ROWS(6)
+        GEMM_ROWS(5)
+        GEMM_ROWS(4)
+        GEMM_ROWS(3)
+        GEMM_ROWS(2)
+        GEMM_ROWS(1)
     }
 #endif
-    (void)pair;
+    (void)pair; /* the portable build has no wide tiles: the loop never pairs there */
     gemm_tile_scalar(wt, steps, offsets, xq, xd, xsum, bias, out, R, bits, nb, OUT);
 }
 
