@@ -59,13 +59,18 @@ static inline float block_absmax(const float *xb, __m256 v[4], float *sum) {
 }
 
 /* One block of 32 floats -> 32 int8 (rounded to nearest even) at step absmax / 127; returns the
- * step and sets *sum to the block's float sum. */
+ * step and sets *sum to the sum of the quantized block (see quantize_rows). */
 static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
     __m256 v[4];
     const float d = block_absmax(xb, v, sum) / 127.0f;
     const __m256 inv = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
     __m256i i[4];
     for (int j = 0; j < 4; j++) i[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], inv));
+    const __m256i pairs = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    *sum = d * (float)_mm_cvtsi128_si32(s4);
     /* packs work within 128-bit lanes: the permute puts the four groups of 8 back in order */
     const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
     _mm256_storeu_si256((__m256i *)qb, _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
@@ -104,17 +109,23 @@ static inline float quantize_block16(const float *xb, int16_t *qb, float *sum) {
 
 static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
     const float d = block_absmax(xb, sum) / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
-    for (int i = 0; i < 32; i++) qb[i] = (int8_t)nearbyintf(xb[i] * inv);
+    int32_t total = 0;
+    for (int i = 0; i < 32; i++) total += qb[i] = (int8_t)nearbyintf(xb[i] * inv);
+    *sum = d * (float)total;
     return d;
 }
 #endif
 
 /* x [R, IN] -> xq (int8 for bits 4, int16 for bits 8: es bytes an element), xd (the step of each
- * block: absmax / 127 or / 32767) and xsum (each block's float sum, for the weights' offsets: exact,
- * not from xq), laid out by tiles of TILE_ROWS rows (the last may be shorter, n rows): the tile at
+ * block: absmax / 127 or / 32767) and xsum (each block's sum, for the weights' offsets), laid out by tiles of TILE_ROWS rows (the last may be shorter, n rows): the tile at
  * row r0 starts at byte r0 * IN * es of xq and at r0 * IN / 32 of xd and xsum; in it, block b,
  * step s (the block's 4 bytes of x at 4s), row r at byte 32 es nb + 4ns + 4r, and block b, row r
- * at xd[nb + r]. A tile's loop then reads every row's x from one pointer at constant offsets. */
+ * at xd[nb + r]. A tile's loop then reads every row's x from one pointer at constant offsets.
+ * xsum is the sum of the quantized block for int8 x, so that a block's product is exactly W . xq:
+ * 4-bit levels lie above their offset (the block's minimum), and the exact float sum would leave an
+ * error of (W - offset) . (x - xq) rather than W . (x - xq), W's block being centred near zero
+ * (that cost the default model 3 points of prefill top-1, benchmarks/RESULTS.md). For int16 x it is
+ * the exact float sum: x's rounding is 256 times finer there, and 8-bit levels sit around zero. */
 static void quantize_rows(const float *x, int64_t bits, uint8_t *xq, float *xd, float *xsum, int64_t R,
                           int64_t IN, int64_t threads) {
     const int64_t nb = IN / 32, es = bits == 8 ? 2 : 1;

@@ -41,15 +41,18 @@ def q8_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
 def integer_reference(x, levels, steps, offsets, bias):
     """What the kernel computes: x to int8 (4-bit levels) or int16 (8-bit) per block of 32 (absmax /
     127 or 32767, rounded half to even), exact integer dots, each scaled by both steps, plus each
-    offset times x's float block sum."""
+    offset times x's block sum: of the quantized block for int8 x (so that the product is exactly
+    the weight times quantized x), the float one for int16 x."""
     rows, in_features = x.shape
     blocks = x.view(rows, in_features // 32, 32)
-    step = blocks.abs().amax(dim=-1, keepdim=True) / (32767.0 if levels.dtype == torch.int8 else 127.0)
+    int16_x = levels.dtype == torch.int8
+    step = blocks.abs().amax(dim=-1, keepdim=True) / (32767.0 if int16_x else 127.0)
     xq = torch.round(blocks / step.clamp(min=1e-30))
     w = levels.view(levels.shape[0], in_features // 32, 32).double()
     dots = torch.einsum("rbi,obi->rob", xq.double(), w)
     out = (dots * steps[None].double() * step[:, None, :, 0].double()).sum(-1)
-    out += blocks.sum(-1).double() @ offsets.double().T
+    sums = blocks.sum(-1).double() if int16_x else xq.double().sum(-1) * step[..., 0].double()
+    out += sums @ offsets.double().T
     return (out if bias is None else out + bias.double()).float()
 
 
@@ -72,6 +75,11 @@ def test_int8_gemm_matches_its_integer_reference_and_the_float_product(rows, bit
     assert got.shape == (rows, 24)
     if bits == 4:
         assert torch.allclose(got, expected, rtol=1e-5, atol=1e-4)
+        # exactly the weight times quantized x: the offsets meet x's quantized block sums
+        blocks = x.view(rows, 3, 32)
+        step = blocks.abs().amax(dim=-1, keepdim=True) / 127.0
+        x_quantized = (torch.round(blocks / step) * step).view(rows, 96)
+        assert torch.allclose(got, F.linear(x_quantized, weight, bias), atol=1e-4)
     else:  # int16 x's dots reach 2^27, past float32's 24-bit mantissa: float32 rounding of the largest
         assert (got - expected).abs().max() <= 3e-5 * expected.abs().max()
     float_product = F.linear(x, weight, bias)  # what quantizing x costs: half a step of x a weight
