@@ -5,12 +5,14 @@ float32 on the same GGUF (the reference of the correctness tests):
   through the decode path (so decode-only kernels, such as the int8 weights, are what is
   measured), the share of positions whose most likely next token equals HF's;
 - prefill top-1 agreement: the same texts each as one prompt (the big-batch GEMMs), the share of
-  positions whose most likely next token equals HF's;
+  positions whose most likely next token equals HF's; and the same over the serving benchmark's
+  first --bench-prompts prompts (tenor.bench.prompts: 40-300 words each, some thousands of
+  positions, so that one flipped near-tie weighs little);
 - greedy agreement: 32 greedy tokens through the engine for 10 prompts, how many equal HF's
   exactly, and the mean common prefix.
 
     python benchmarks/accuracy.py [--precisions float32/none,float32/fp16,float32/int8] [--device cpu|cuda]
-                                  [--json-out FILE] [--as-cpu avx2|avx512]
+                                  [--json-out FILE] [--as-cpu avx2|avx512] [--bench-prompts 16]
 
 A precision is DTYPE/QUANTIZE as `tenor serve --dtype --quantize` take them; add `+kv8` for the
 int8 KV cache (e.g. float32/int8+kv8).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -31,6 +34,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 from benchmarks.cpu_proxy import narrow_to  # noqa: E402
 from tenor import registry  # noqa: E402
+from tenor.bench.prompts import make_prompts  # noqa: E402
 from tenor.checkpoints.default_model import default_gguf_path  # noqa: E402
 from tenor.engine.api import GenerateRequest, SamplingParams  # noqa: E402
 from tenor.engine.factory import EngineOptions  # noqa: E402
@@ -70,7 +74,18 @@ NEW_TOKENS = 32
 BLOCK = 16
 
 
-def hf_reference(tokenizer) -> tuple[list[torch.Tensor], list[list[int]]]:
+@dataclasses.dataclass
+class Reference:
+    """HF float32's answers: logits over TEXTS, the most likely next token at every position of
+    the benchmark prompts, and greedy continuations of PROMPTS."""
+
+    text_logits: list[torch.Tensor]
+    bench_prompts: list[list[int]]
+    bench_top1: list[torch.Tensor]
+    greedy: list[list[int]]
+
+
+def hf_reference(tokenizer, bench_prompts: int) -> Reference:
     import transformers
 
     path = default_gguf_path()
@@ -79,6 +94,8 @@ def hf_reference(tokenizer) -> tuple[list[torch.Tensor], list[list[int]]]:
     ).eval()
     with torch.no_grad():
         logits = [model(torch.tensor([tokenizer.encode(t)])).logits[0] for t in TEXTS]
+        bench = [tokenizer.encode(p) for p in make_prompts(bench_prompts)] if bench_prompts else []
+        bench_top1 = [model(torch.tensor([ids])).logits[0].argmax(-1) for ids in bench]
         greedy = []
         for prompt in PROMPTS:
             ids = tokenizer.encode(prompt)
@@ -86,7 +103,7 @@ def hf_reference(tokenizer) -> tuple[list[torch.Tensor], list[list[int]]]:
                 torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0
             )
             greedy.append(out[0, len(ids) :].tolist())
-    return logits, greedy
+    return Reference(logits, bench, bench_top1, greedy)
 
 
 def _cache(model, tokens: int, quantized_kv: bool, device: str) -> PagedKVCache:
@@ -156,22 +173,27 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def measure(precision: str, tokenizer, reference_logits, reference_greedy, device: str = "cpu") -> dict:
+def measure(precision: str, tokenizer, reference: Reference, device: str = "cpu") -> dict:
     spec, _, extra = precision.partition("+")
     dtype, _, quantize = spec.partition("/")
     quantized_kv = extra == "kv8"
     servable = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype=dtype, quantize=quantize or "auto")
     loaded = load_model(servable, None, device=device)
     agree = prefill_agree = total = 0
-    for text, ref in zip(TEXTS, reference_logits):
+    for text, ref in zip(TEXTS, reference.text_logits):
         ids, best = tokenizer.encode(text), ref.argmax(-1)
-        agree += (stepwise_logits(loaded.model, ids, quantized_kv, device).argmax(-1) == best).sum().item()
-        prefill_agree += (prefill_logits(loaded.model, ids, quantized_kv, device).argmax(-1) == best).sum().item()
+        agree += int((stepwise_logits(loaded.model, ids, quantized_kv, device).argmax(-1) == best).sum())
+        prefill_agree += int((prefill_logits(loaded.model, ids, quantized_kv, device).argmax(-1) == best).sum())
         total += ref.shape[0]
+    bench_agree = sum(
+        int((prefill_logits(loaded.model, ids, quantized_kv, device).argmax(-1) == best).sum())
+        for ids, best in zip(reference.bench_prompts, reference.bench_top1)
+    )
+    bench_positions = sum(len(ids) for ids in reference.bench_prompts)
     prompts = [tokenizer.encode(p) for p in PROMPTS]
     options = EngineOptions(kv_cache_bytes=256 << 20, warmup=False, quantize_kv_cache=quantized_kv, device=device)
     greedy = asyncio.run(engine_greedy(servable, options, prompts))
-    prefixes = [common_prefix(g, r) for g, r in zip(greedy, reference_greedy)]
+    prefixes = [common_prefix(g, r) for g, r in zip(greedy, reference.greedy)]
     return {
         "precision": precision,
         "device": device,
@@ -179,6 +201,8 @@ def measure(precision: str, tokenizer, reference_logits, reference_greedy, devic
         "teacher_forced_top1": agree / total,
         "positions": total,
         "prefill_top1": prefill_agree / total,
+        "bench_prefill_top1": bench_agree / max(bench_positions, 1),
+        "bench_positions": bench_positions,
         "greedy_identical": sum(p == NEW_TOKENS for p in prefixes),
         "prompts": len(PROMPTS),
         "mean_common_prefix": sum(prefixes) / len(prefixes),
@@ -192,6 +216,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where tenor runs (HF: the CPU)")
     parser.add_argument("--json-out")
     parser.add_argument(
+        "--bench-prompts", type=int, default=16, help="benchmark prompts for prefill top-1 at scale (0: none)"
+    )
+    parser.add_argument(
         "--as-cpu", choices=("avx2", "avx512"), help="run the code such a CPU runs, through benchmarks/cpu_proxy.py"
     )
     parser.add_argument("--as-avx2", dest="as_cpu", action="store_const", const="avx2", help="--as-cpu avx2")
@@ -201,17 +228,20 @@ def main() -> None:
     from tenor.hardware import cpu_info
 
     tokenizer = load_tokenizer(default_gguf_path())
-    reference_logits, reference_greedy = hf_reference(tokenizer)
+    reference = hf_reference(tokenizer, args.bench_prompts)
     cpu = cpu_info()
     precisions = [p for p in args.precisions.split(",") if p]
-    rows = [measure(p, tokenizer, reference_logits, reference_greedy, args.device) for p in precisions]
+    rows = [measure(p, tokenizer, reference, args.device) for p in precisions]
     print(f"accuracy against HF transformers float32, tenor on {args.device}, CPU {cpu.model_name} ({cpu.isa})")
-    print("| precision | weights | teacher-forced top-1 | prefill top-1 | greedy 32 identical | mean common prefix |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| precision | weights | teacher-forced top-1 | prefill top-1 | prefill top-1, benchmark prompts | "
+        "greedy 32 identical | mean common prefix |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['precision']} | {r['weights']} | {r['teacher_forced_top1']:.1%} of {r['positions']} | "
-            f"{r['prefill_top1']:.1%} | "
+            f"{r['prefill_top1']:.1%} | {r['bench_prefill_top1']:.1%} of {r['bench_positions']} | "
             f"{r['greedy_identical']} of {r['prompts']} | {r['mean_common_prefix']:.1f} |"
         )
     if args.json_out:

@@ -14,9 +14,10 @@ the CPUs we meet (benchmarks/RESULTS.md):
   without a C compiler, float16 alone. On AVX2 CPUs without AVX-512, and on AVX-512 ones with VNNI
   but no bf16 (Cascade Lake, Ice Lake), the blocks themselves serve those batches instead, through
   tenor's integer GEMM with activations in int16 per block of 32 (as exact as FBGEMM's fp16,
-  1.0-1.4x its speed and 1.3-3x on the LM head, fewer bytes); `--quantize int8a8` takes int8
-  activations against 4-bit weights there (llama.cpp's numerics: ~1.4-2.5x FBGEMM, 92.4-94.6 %
-  prefill top-1 on the default model against 100 %).
+  1.0-1.4x its speed and 1.3-3x on the LM head, fewer bytes). There `auto` takes int8 activations
+  against 4-bit weights (`int8a8`, llama.cpp's numerics: ~1.4-2.5x FBGEMM, 1.2-1.3x the int16
+  ones at 32 streams, 97.2-97.5 % prefill top-1 on the default model); `--quantize int8` keeps
+  int16 ones (100 %).
   Accuracy against HF transformers in float32 on the default model: benchmarks/accuracy.py,
   figures in RESULTS.md.
 
@@ -186,12 +187,29 @@ def resolve_device(name: str, has_cuda: bool | None = None) -> str:
     return name
 
 
+def integer_gemm_serves(cpu: CpuInfo, simd_width: int) -> bool:
+    """Whether tenor's integer GEMM (tenor/csrc/int8_gemm.c, built `simd_width` bits wide: 0, 256
+    or 512) serves block weights' big batches on `cpu`: CPUs without native bf16 (whose bf16 GEMMs
+    are faster still), where its vector path beats FBGEMM's fp16 GEMM: any on AVX2 CPUs without
+    AVX-512 (both 256 bits wide), on AVX-512 CPUs only the 512-bit VNNI one (benchmarks/RESULTS.md;
+    without VNNI FBGEMM's 512-bit FMAs are ahead)."""
+    if "avx2" not in cpu.flags or cpu.native_bf16:
+        return False
+    return simd_width >= (512 if "avx512f" in cpu.flags else 256)
+
+
 def choose_precision(
-    dtype: str, quantize: str, cpu: CpuInfo, fp16_kernel: bool, native_kernels: bool = False, device: str = "cpu"
+    dtype: str,
+    quantize: str,
+    cpu: CpuInfo,
+    fp16_kernel: bool,
+    native_kernels: bool = False,
+    device: str = "cpu",
+    integer_gemm: bool = False,
 ) -> Precision:
     """Resolves --dtype and --quantize ("auto" or explicit) for `cpu` (or a CUDA `device`), given
-    whether FBGEMM's fp16 GEMM and tenor's native kernels work here; raises ValueError for a
-    combination that cannot run here."""
+    whether FBGEMM's fp16 GEMM, tenor's native kernels and its integer GEMM (`integer_gemm_serves`)
+    work here; raises ValueError for a combination that cannot run here."""
     if dtype not in DTYPE_CHOICES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
     if quantize not in QUANTIZE_CHOICES:
@@ -221,6 +239,14 @@ def choose_precision(
             raise ValueError(f"quantize {quantize} needs tenor's native kernels (a C compiler at setup); use fp16")
         return Precision(dtype, quantize, f"{why}; {quantize} weights set by the config or --quantize")
     if quantize == "auto" and dtype == "float32" and fp16_kernel:
+        if native_kernels and integer_gemm:
+            return Precision(
+                dtype,
+                "int8a8",
+                f"{why}; int8 weights read a quarter of float32's bytes per decode step, and prompts' 4-bit "
+                "weights meet int8 activations (llama.cpp's numerics; --quantize int8 for int16 ones, as exact as "
+                "float)",
+            )
         if native_kernels:
             return Precision(dtype, "int8", f"{why}; int8 weights read a quarter of float32's bytes per decode step")
         return Precision(dtype, "fp16", f"{why}; fp16 weights halve the bytes each step reads")
@@ -263,7 +289,9 @@ def resolve_precision(dtype: str, quantize: str, device: str = "cpu") -> Precisi
     """choose_precision for this machine, on `device` (already resolved: cpu or cuda)."""
     from tenor.models import native
 
-    return choose_precision(dtype, quantize, cpu_info(), fbgemm_fp16_available(), native.available(), device)
+    cpu = cpu_info()
+    integer_gemm = integer_gemm_serves(cpu, native.int8_gemm_width())
+    return choose_precision(dtype, quantize, cpu, fbgemm_fp16_available(), native.available(), device, integer_gemm)
 
 
 def configure_threads() -> int:

@@ -44,6 +44,11 @@ def test_choose_precision(cpu, fp16_kernel, dtype, quantize, expected):
 
 def test_int8_needs_the_native_kernels():
     assert choose_precision("auto", "auto", AVX2_EPYC, True, native_kernels=True).weights == "int8"
+    # where the integer GEMM serves big batches, auto takes its int8 activations (llama.cpp's numerics)
+    auto = choose_precision("auto", "auto", AVX2_EPYC, True, native_kernels=True, integer_gemm=True)
+    assert auto.weights == "int8a8" and "--quantize int8" in auto.reason
+    exact = choose_precision("auto", "int8", AVX2_EPYC, True, native_kernels=True, integer_gemm=True)
+    assert exact.weights == "int8"
     assert choose_precision("auto", "int8", AVX2_EPYC, True, native_kernels=True).weights == "int8"
     assert choose_precision("auto", "int8a8", AVX2_EPYC, True, native_kernels=True).weights == "int8a8"
     for quantize in ("int8", "int8a8"):

@@ -2,8 +2,8 @@
 /healthcheck, /metrics), with nothing to configure.
 
     tenor serve [--model NAME|PATH] [--host 127.0.0.1] [--port 8000]
-                [--dtype auto|bfloat16|float32] [--quantize auto|none|fp16|int8] [--api-key KEY] [--max-waiting N]
-                [--kv-cache-gb G] [--quantize-kv-cache] [--drain-timeout S] [--device auto|cpu|cuda]
+                [--dtype auto|bfloat16|float32] [--quantize auto|none|fp16|int8|int8a8] [--api-key KEY]
+                [--max-waiting N] [--kv-cache-gb G] [--quantize-kv-cache] [--drain-timeout S] [--device auto|cpu|cuda]
 
 --model is a registry name (`llama.SmolLM2_135M_Instruct`, `test.TinyLlamaRandom`, ...) or
 a checkpoint: a directory or a .gguf file, served with SmolLM2's servable config (the
@@ -55,10 +55,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--quantize",
         choices=QUANTIZE_CHOICES,
         default=None,
-        help="how linear weights are stored: auto (default: int8 for decode + fp16 for prefill "
-        "beside float32 activations on x86), none (in --dtype; exact), fp16 (FBGEMM's fp16 GEMM), "
-        "int8, int8a8 (int8 activations against 4-bit weights for prefill on CPUs without native bf16: "
-        "faster, less exact)",
+        help="how linear weights are stored: auto (default: int8 weights beside float32 activations on "
+        "x86, as int8a8 on CPUs without native bf16, else as int8), none (in --dtype; exact), fp16 "
+        "(FBGEMM's fp16 GEMM), int8 (int8 for decode, prefill as exact as fp16), int8a8 (int8 activations "
+        "against 4-bit weights for prefill on CPUs without native bf16: llama.cpp's numerics, faster, "
+        "less exact)",
     )
     parser.add_argument(
         "--api-key",

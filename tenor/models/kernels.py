@@ -19,7 +19,8 @@ Each kernel owns its weight in the layout its library wants and computes x @ W.T
   weights (oneDNN or F.linear for big batches; one copy).
 - `Int8GemmKernel`: block weights through tenor's integer GEMM, the big batches' kernel of
   `Int8BlockKernel` on CPUs without native bf16 (`int8_gemm_applies`; x in int16 per block of
-  32, or int8 with `int8a8`; faster than FBGEMM's fp16 there, benchmarks/RESULTS.md).
+  32 with `int8`, or int8 with `int8a8`, the default there; faster than FBGEMM's fp16 there,
+  benchmarks/RESULTS.md).
 - `Int8WeightOnlyKernel`: int8 weights with per-row scales (`tenor convert --quantize int8`),
   through torch's fused CPU kernel.
 """
@@ -189,9 +190,9 @@ class Int8GemmKernel(LinearKernel):
     """Block weights through tenor's integer GEMM (tenor/csrc/int8_gemm.c): the big batches' kernel
     of `Int8BlockKernel` on CPUs without native bf16 (`int8_gemm_applies`). x is quantized per
     block of 32: to int16 against 8-bit levels (any block weights, 4-bit ones shifted to signed:
-    as exact as FBGEMM's fp16 weights), or to int8 against 4-bit levels (`--quantize int8a8`,
-    llama.cpp's numerics: ~1.4-2.5x faster, 92.4-94.6 % prefill top-1 on the default model against
-    100 %).
+    as exact as FBGEMM's fp16 weights), or to int8 against 4-bit levels (`int8a8`, the
+    default where this kernel serves: llama.cpp's numerics, ~1.4-2.5x faster, 97.2-97.5 % prefill
+    top-1 on the default model against 100 %).
     One byte a weight and 0.25 for the steps and offsets."""
 
     name = "int8_gemm"
@@ -209,17 +210,11 @@ class Int8GemmKernel(LinearKernel):
 
 
 def int8_gemm_applies(out_features: int) -> bool:
-    """Whether block weights take Int8GemmKernel for big batches here: CPUs without native bf16
-    (whose bf16 GEMMs are faster still), OUT a multiple of the kernel's 8-output tiles, and a build
-    whose vector path beats FBGEMM's fp16 GEMM: any on AVX2 CPUs without AVX-512 (both 256 bits
-    wide), on AVX-512 CPUs only the 512-bit VNNI one (benchmarks/RESULTS.md; without VNNI
-    FBGEMM's 512-bit FMAs are ahead)."""
-    from tenor.hardware import cpu_info
+    """Whether block weights take Int8GemmKernel for big batches here: where the integer GEMM serves
+    (`tenor.hardware.integer_gemm_serves`), for OUT a multiple of the kernel's 8-output tiles."""
+    from tenor.hardware import cpu_info, integer_gemm_serves
 
-    cpu = cpu_info()
-    if out_features % 8 or "avx2" not in cpu.flags or cpu.native_bf16:
-        return False
-    return native.int8_gemm_width() >= (512 if "avx512f" in cpu.flags else 256)
+    return out_features % 8 == 0 and integer_gemm_serves(cpu_info(), native.int8_gemm_width())
 
 
 class Int8BlockKernel(DecodeKernel):
