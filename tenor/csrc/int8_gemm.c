@@ -39,22 +39,25 @@
 #define ROW_CHUNK 48
 
 #ifdef __AVX2__
-/* A block of 32 floats into v, its absmax (returned) and its sum (*sum). */
+/* A block of 32 floats into v, its absmax (returned) and, where `sum` is given, its float sum
+ * (int16 x only; int8 x sums its quantized block). Inlined, so a NULL `sum` folds the adds away. */
 static inline float block_absmax(const float *xb, __m256 v[4], float *sum) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 amax = _mm256_setzero_ps(), total = _mm256_setzero_ps();
     for (int j = 0; j < 4; j++) {
         v[j] = _mm256_loadu_ps(xb + 8 * j);
         amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
-        total = _mm256_add_ps(total, v[j]);
+        if (sum) total = _mm256_add_ps(total, v[j]);
     }
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(total), _mm256_extractf128_ps(total, 1));
-    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-    *sum = _mm_cvtss_f32(s4);
+    if (sum) {
+        __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(total), _mm256_extractf128_ps(total, 1));
+        s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+        *sum = _mm_cvtss_f32(s4);
+    }
     return _mm_cvtss_f32(m4);
 }
 
@@ -62,7 +65,7 @@ static inline float block_absmax(const float *xb, __m256 v[4], float *sum) {
  * step and sets *sum to the sum of the quantized block (see quantize_rows). */
 static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
     __m256 v[4];
-    const float d = block_absmax(xb, v, sum) / 127.0f;
+    const float d = block_absmax(xb, v, NULL) / 127.0f;
     const __m256 inv = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
     __m256i i[4];
     for (int j = 0; j < 4; j++) i[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], inv));
@@ -91,13 +94,14 @@ static inline float quantize_block16(const float *xb, int16_t *qb, float *sum) {
     return d;
 }
 #else
+/* The portable block_absmax: `sum` as there. */
 static inline float block_absmax(const float *xb, float *sum) {
     float total = 0.0f, amax = 0.0f;
     for (int i = 0; i < 32; i++) {
         total += xb[i];
         amax = fmaxf(amax, fabsf(xb[i]));
     }
-    *sum = total;
+    if (sum) *sum = total;
     return amax;
 }
 
@@ -108,7 +112,7 @@ static inline float quantize_block16(const float *xb, int16_t *qb, float *sum) {
 }
 
 static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
-    const float d = block_absmax(xb, sum) / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+    const float d = block_absmax(xb, NULL) / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
     int32_t total = 0;
     for (int i = 0; i < 32; i++) total += qb[i] = (int8_t)nearbyintf(xb[i] * inv);
     *sum = d * (float)total;
@@ -117,14 +121,14 @@ static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
 #endif
 
 /* x [R, IN] -> xq (int8 for bits 4, int16 for bits 8: es bytes an element), xd (the step of each
- * block: absmax / 127 or / 32767) and xsum (each block's sum, for the weights' offsets), laid out by tiles of TILE_ROWS rows (the last may be shorter, n rows): the tile at
- * row r0 starts at byte r0 * IN * es of xq and at r0 * IN / 32 of xd and xsum; in it, block b,
+ * block: absmax / 127 or / 32767) and xsum (each block's sum, for the weights' offsets), laid out
+ * by tiles of TILE_ROWS rows (the last may be shorter, n rows): the tile at row r0 starts at byte r0 * IN * es of xq and at r0 * IN / 32 of xd and xsum; in it, block b,
  * step s (the block's 4 bytes of x at 4s), row r at byte 32 es nb + 4ns + 4r, and block b, row r
  * at xd[nb + r]. A tile's loop then reads every row's x from one pointer at constant offsets.
  * xsum is the sum of the quantized block for int8 x, so that a block's product is exactly W . xq:
  * 4-bit levels lie above their offset (the block's minimum), and the exact float sum would leave an
  * error of (W - offset) . (x - xq) rather than W . (x - xq), W's block being centred near zero
- * (that cost the default model 3 points of prefill top-1, benchmarks/RESULTS.md). For int16 x it is
+ * (that cost the default model 2-6 points of prefill top-1, benchmarks/RESULTS.md). For int16 x it is
  * the exact float sum: x's rounding is 256 times finer there, and 8-bit levels sit around zero. */
 static void quantize_rows(const float *x, int64_t bits, uint8_t *xq, float *xd, float *xsum, int64_t R,
                           int64_t IN, int64_t threads) {
