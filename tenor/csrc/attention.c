@@ -190,6 +190,15 @@ static inline __attribute__((always_inline)) __m512 sum16(const __m512 *a) {
                                     _mm512_shuffle_f32x4(quads[2], quads[3], 0xEE));
     return _mm512_add_ps(_mm512_shuffle_f32x4(lo, hi, 0x88), _mm512_shuffle_f32x4(lo, hi, 0xDD));
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+/* sum16's AVX2 form for 8 rows: lane i of the result is the sum of a[i]'s 8 lanes. */
+static inline __attribute__((always_inline)) __m256 sum8(const __m256 *a) {
+    const __m256 pairs0 = _mm256_hadd_ps(a[0], a[1]), pairs1 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 pairs2 = _mm256_hadd_ps(a[4], a[5]), pairs3 = _mm256_hadd_ps(a[6], a[7]);
+    /* each 128-bit half: that half's sums of rows 0..3 (lo) and 4..7 (hi) */
+    const __m256 lo = _mm256_hadd_ps(pairs0, pairs1), hi = _mm256_hadd_ps(pairs2, pairs3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
+}
 #endif
 
 /* scores[g * stride + i] = (q_g . row_i) * scale * (row_scales[i] where given), for the m <= CHUNK
@@ -218,6 +227,29 @@ static inline __attribute__((always_inline)) void chunk_scores(const float *q, c
                 dots[i] = acc;
             }
             _mm512_mask_storeu_ps(scores + g * stride, live, _mm512_mul_ps(sum16(dots), scaled));
+        }
+        return;
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    /* The same in 8-row halves: each row's dot its own chain of FMAs, the 8 rows independent, and
+     * one transposed sum for all 8 (a reduction a row waited on its own adds: 1.3x slower). */
+    if (E % 8 == 0 && E <= 256 && !ahead) {
+        for (int64_t h = 0; h < m; h += 8) {
+            const int64_t live = m - h < 8 ? m - h : 8;
+            const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)live), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            __m256 scaled = _mm256_set1_ps(scale);
+            if (row_scales) scaled = _mm256_mul_ps(_mm256_maskload_ps(row_scales + h, lanes), scaled);
+            for (int64_t g = 0; g < G; g++) {
+                const float *qg = q + g * E;
+                __m256 dots[8];
+                for (int64_t i = 0; i < 8; i++) {
+                    __m256 acc = _mm256_setzero_ps();
+                    for (int64_t c = 0; c < E; c += 8)
+                        acc = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), _mm256_loadu_ps(rows + (h + i) * E + c), acc);
+                    dots[i] = acc;
+                }
+                _mm256_maskstore_ps(scores + g * stride + h, lanes, _mm256_mul_ps(sum8(dots), scaled));
+            }
         }
         return;
     }
