@@ -78,7 +78,7 @@ async def _run(args: argparse.Namespace) -> None:
     servable = dataclasses.replace(
         registry.get("llama.SmolLM2_135M_Instruct"), dtype=args.dtype, quantize=args.quantize
     )
-    engine = LLMEngine(servable, None, EngineOptions())
+    engine = LLMEngine(servable, None, EngineOptions(max_num_batched_tokens=args.max_num_batched_tokens))
     await engine.start()
     print(engine.stats().runtime)
     prompts = [tuple(engine.tokenizer.encode(p)) for p in make_prompts(args.prompts)]
@@ -119,6 +119,7 @@ async def _run(args: argparse.Namespace) -> None:
     print(
         f"wall {wall:.1f} s, {len(prompts) * args.max_tokens / wall:.1f} output tok/s, "
         f"TTFT p50 {statistics.median(first_token):.2f} s"
+        f" (p10 {_quantile(first_token, 0.1):.2f}, p90 {_quantile(first_token, 0.9):.2f})"
     )
     for kind, times in steps.items():
         print(f"{kind}: {len(times)} steps, {sum(times):.1f} s, median {1000 * statistics.median(times):.1f} ms")
@@ -127,11 +128,18 @@ async def _run(args: argparse.Namespace) -> None:
         print(f"{kind}, ms a step ({n} steps): " + ", ".join(f"{k} {1000 * v / n:.1f}" for k, v in counts.items()))
 
 
+def _quantile(values: list[float], q: float) -> float:
+    return sorted(values)[min(int(q * len(values)), len(values) - 1)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument(
+        "--max-num-batched-tokens", type=int, default=EngineOptions.max_num_batched_tokens, help="tokens a step"
+    )
     parser.add_argument("--dtype", default="auto", help="as `tenor serve --dtype`")
     parser.add_argument("--quantize", default="auto", help="as `tenor serve --quantize`")
     parser.add_argument(

@@ -3,7 +3,8 @@
 
     tenor serve [--model NAME|PATH] [--host 127.0.0.1] [--port 8000]
                 [--dtype auto|bfloat16|float32] [--quantize auto|none|fp16|int8|int8a8] [--api-key KEY]
-                [--max-waiting N] [--kv-cache-gb G] [--quantize-kv-cache] [--drain-timeout S] [--device auto|cpu|cuda]
+                [--max-waiting N] [--kv-cache-gb G] [--quantize-kv-cache] [--max-num-batched-tokens N]
+                [--drain-timeout S] [--device auto|cpu|cuda]
 
 --model is a registry name (`llama.SmolLM2_135M_Instruct`, `test.TinyLlamaRandom`, ...) or
 a checkpoint: a directory or a .gguf file, served with SmolLM2's servable config (the
@@ -80,6 +81,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--quantize-kv-cache", action="store_true", help="keep the KV cache in int8")
     parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=EngineOptions.max_num_batched_tokens,
+        metavar="N",
+        help="tokens a step computes, decodes plus prompt chunks: lower cuts the time decodes wait behind "
+        f"prompts, higher suits long prompts on fast hardware (default: {EngineOptions.max_num_batched_tokens}; "
+        "at least the model's batch size)",
+    )
+    parser.add_argument(
         "--drain-timeout",
         type=float,
         default=10.0,
@@ -111,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         servable = servable.with_overrides(dtype=args.dtype)
     if args.quantize is not None:
         servable = servable.with_overrides(quantize=args.quantize)
-    options = engine_options(args.max_waiting, args.kv_cache_gb, args.quantize_kv_cache)
+    options = engine_options(args.max_waiting, args.kv_cache_gb, args.quantize_kv_cache, args.max_num_batched_tokens)
     if args.tensor_parallel < 1:
         raise UserError(f"--tensor-parallel must be >= 1, got {args.tensor_parallel}")
     device = device_from(args.device)
@@ -150,10 +160,22 @@ def _looks_like_path(model: str) -> bool:
     return "/" in model or os.sep in model or model.startswith("~") or model.endswith(".gguf")
 
 
-def engine_options(max_waiting: int, kv_cache_gb: float | None, quantize_kv_cache: bool) -> EngineOptions:
+def engine_options(
+    max_waiting: int,
+    kv_cache_gb: float | None,
+    quantize_kv_cache: bool,
+    max_num_batched_tokens: int = EngineOptions.max_num_batched_tokens,
+) -> EngineOptions:
     if max_waiting < 0:
         raise UserError(f"--max-waiting must be >= 0, got {max_waiting}")
     if kv_cache_gb is not None and not kv_cache_gb > 0:
         raise UserError(f"--kv-cache-gb must be > 0, got {kv_cache_gb}")
     kv_cache_bytes = None if kv_cache_gb is None else int(kv_cache_gb * 2**30)
-    return EngineOptions(kv_cache_bytes=kv_cache_bytes, max_waiting=max_waiting, quantize_kv_cache=quantize_kv_cache)
+    if max_num_batched_tokens < 1:
+        raise UserError(f"--max-num-batched-tokens must be >= 1, got {max_num_batched_tokens}")
+    return EngineOptions(
+        kv_cache_bytes=kv_cache_bytes,
+        max_waiting=max_waiting,
+        quantize_kv_cache=quantize_kv_cache,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )

@@ -16,6 +16,7 @@ import pytest
 from tenor import registry
 from tenor.cli import serve_cmd
 from tenor.cli.main import build_parser, main
+from tenor.engine.options import EngineOptions
 from tests.server.http.live import ServeProcess
 
 READY = re.compile(r"^tenor: serving (\S+) at (http://127\.0\.0\.1:\d+)$")
@@ -131,6 +132,7 @@ def test_grpc_port_in_use(capsys):
         (["--drain-timeout", "-1"], "drain timeout"),
         (["--kv-cache-gb", "0"], "--kv-cache-gb must be > 0"),
         (["--max-waiting", "-3"], "--max-waiting must be >= 0"),
+        (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens must be >= 1"),
         (["--grpc-port", "70000"], "gRPC port must be between 0 and 65535"),
     ],
 )
@@ -160,6 +162,8 @@ def test_flags_reach_the_engine_options():
     options = serve_cmd.engine_options(max_waiting=5, kv_cache_gb=1.5, quantize_kv_cache=True)
     assert (options.max_waiting, options.kv_cache_bytes, options.quantize_kv_cache) == (5, int(1.5 * 2**30), True)
     assert serve_cmd.engine_options(256, None, False).kv_cache_bytes is None
+    assert serve_cmd.engine_options(256, None, False, max_num_batched_tokens=2048).max_num_batched_tokens == 2048
+    assert serve_cmd.engine_options(256, None, False).max_num_batched_tokens == EngineOptions.max_num_batched_tokens
 
 
 def test_defaults_and_the_api_key_from_the_environment(monkeypatch):
