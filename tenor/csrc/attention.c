@@ -383,19 +383,24 @@ void tenor_paged_attention(const float *q, const void *k, const void *v, const f
     firsts[tiles] = B;
     /* Items dealt out one at a time: a prompt's rows grow longer row by row, and contiguous
      * halves gave one thread three times the other's work. */
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-    for (int64_t item = 0; item < tiles * K; item++) {
-        const int64_t b = firsts[item / K], T = firsts[item / K + 1] - b, h = item % K;
-        float *scores = scratch + (int64_t)omp_get_thread_num() * tile * G * max_len;
-        const float *qb = q + (b * H + h * G) * E;
-        float *ob = out + (b * H + h * G) * E;
-        const int64_t *blocks = table + b * N;
-        if (bits == 32)
-            ATTEND_FOR_DIM(32);
-        else if (bits == 16)
-            ATTEND_FOR_DIM(16);
-        else
-            ATTEND_FOR_DIM(8);
+#pragma omp parallel num_threads(threads)
+    {
+        const unsigned mxcsr = denormals_off();
+#pragma omp for schedule(static, 1)
+        for (int64_t item = 0; item < tiles * K; item++) {
+            const int64_t b = firsts[item / K], T = firsts[item / K + 1] - b, h = item % K;
+            float *scores = scratch + (int64_t)omp_get_thread_num() * tile * G * max_len;
+            const float *qb = q + (b * H + h * G) * E;
+            float *ob = out + (b * H + h * G) * E;
+            const int64_t *blocks = table + b * N;
+            if (bits == 32)
+                ATTEND_FOR_DIM(32);
+            else if (bits == 16)
+                ATTEND_FOR_DIM(16);
+            else
+                ATTEND_FOR_DIM(8);
+        }
+        denormals_restore(mxcsr);
     }
     free(firsts);
 }

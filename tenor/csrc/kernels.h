@@ -8,7 +8,32 @@
 #include <stdint.h>
 #ifdef __AVX2__
 #include <immintrin.h>
+#elif defined(__SSE__)
+#include <xmmintrin.h>
 #endif
+
+/* Subnormal floats flushed to zero, and read as zero, on this thread until denormals_restore: x86
+ * takes a microcode assist of ~100 cycles for each subnormal operand or result. Attention makes
+ * them where a token's score sits 87 or more above another's (a sink token), as that one's
+ * weight (e^-87 at the least) times a small V value: decode attention ran 5x slower over such a
+ * context. What is lost is below 1.2e-38. */
+static inline unsigned denormals_off(void) {
+#ifdef __SSE__
+    const unsigned saved = _mm_getcsr();
+    _mm_setcsr(saved | 0x8040u); /* FTZ (bit 15) and DAZ (bit 6) */
+    return saved;
+#else
+    return 0;
+#endif
+}
+
+static inline void denormals_restore(unsigned saved) {
+#ifdef __SSE__
+    _mm_setcsr(saved);
+#else
+    (void)saved;
+#endif
+}
 
 /* e^x in float32 without libm, written so the compiler vectorizes it inside `omp simd` loops
  * (glibc's expf stays scalar unless built with -ffast-math): Cody-Waite reduction by ln 2 and

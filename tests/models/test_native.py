@@ -88,6 +88,24 @@ def test_paged_attention_matches_per_sequence_sdpa(heads, kv_heads, dim, kv_dtyp
 
 
 @needs_native
+def test_attention_over_a_sink_token_matches_sdpa_and_leaves_subnormals_to_the_caller():
+    """A sink key scoring far above the rest makes the others' weights subnormal times small V
+    values: the kernel flushes them (x86 would take a slow assist on each) on its own threads only."""
+    gen = torch.Generator().manual_seed(5)
+    heads, kv_heads, dim, block_size = 4, 2, 64, 16
+    k = torch.randn(kv_heads, 4 * block_size, dim, generator=gen) * 0.5
+    v = torch.randn(kv_heads, 4 * block_size, dim, generator=gen) * 1e-3
+    k[:, 0] *= 400  # scores some hundreds above the other tokens'
+    q = torch.randn(1, heads, dim, generator=gen) * 3
+    table, lengths = torch.tensor([[0, 1, 2, 3]]), torch.tensor([60])
+    out = native.paged_attention(q, k, v, table, lengths, block_size, 60, native.AttentionScratch())
+    kb, vb = (t[:, :60].repeat_interleave(heads // kv_heads, 0) for t in (k, v))
+    expected = F.scaled_dot_product_attention(q[0][:, None], kb, vb)[:, 0]
+    assert torch.allclose(out[0], expected, atol=1e-6)
+    assert (torch.tensor([1e-40]) * 1.0).item() != 0.0  # the caller's thread still keeps subnormals
+
+
+@needs_native
 @pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
 def test_prompt_rows_attend_the_same_in_tiles_as_one_by_one(monkeypatch, kv_dtype):
     """A prompt's rows (the same blocks, one token further each) go through the kernel in tiles;
