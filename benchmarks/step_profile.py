@@ -31,6 +31,7 @@ import tenor.models.layers as layers  # noqa: E402
 import tenor.models.llama as llama  # noqa: E402
 from benchmarks.cpu_proxy import narrow_to  # noqa: E402
 from tenor import registry  # noqa: E402
+from tenor.bench.metrics import percentile  # noqa: E402
 from tenor.bench.prompts import make_prompts  # noqa: E402
 from tenor.engine.api import GenerateRequest, SamplingParams  # noqa: E402
 from tenor.engine.factory import EngineOptions  # noqa: E402
@@ -119,17 +120,13 @@ async def _run(args: argparse.Namespace) -> None:
     print(
         f"wall {wall:.1f} s, {len(prompts) * args.max_tokens / wall:.1f} output tok/s, "
         f"TTFT p50 {statistics.median(first_token):.2f} s"
-        f" (p10 {_quantile(first_token, 0.1):.2f}, p90 {_quantile(first_token, 0.9):.2f})"
+        f" (p10 {percentile(first_token, 10):.2f}, p90 {percentile(first_token, 90):.2f})"
     )
     for kind, times in steps.items():
         print(f"{kind}: {len(times)} steps, {sum(times):.1f} s, median {1000 * statistics.median(times):.1f} ms")
     for kind, counts in parts.items():
         n = counts.pop("steps")
         print(f"{kind}, ms a step ({n} steps): " + ", ".join(f"{k} {1000 * v / n:.1f}" for k, v in counts.items()))
-
-
-def _quantile(values: list[float], q: float) -> float:
-    return sorted(values)[min(int(q * len(values)), len(values) - 1)]
 
 
 def main() -> None:

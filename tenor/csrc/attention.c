@@ -236,7 +236,8 @@ static inline __attribute__((always_inline)) void chunk_scores(const float *q, c
     if (E % 8 == 0 && E <= 256 && !ahead) {
         for (int64_t h = 0; h < m; h += 8) {
             const int64_t live = m - h < 8 ? m - h : 8;
-            const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)live), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            const __m256i lanes =
+                _mm256_cmpgt_epi32(_mm256_set1_epi32((int)live), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
             __m256 scaled = _mm256_set1_ps(scale);
             if (row_scales) scaled = _mm256_mul_ps(_mm256_maskload_ps(row_scales + h, lanes), scaled);
             for (int64_t g = 0; g < G; g++) {

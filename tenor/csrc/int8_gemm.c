@@ -122,9 +122,9 @@ static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
 
 /* x [R, IN] -> xq (int8 for bits 4, int16 for bits 8: es bytes an element), xd (the step of each
  * block: absmax / 127 or / 32767) and xsum (each block's sum, for the weights' offsets), laid out
- * by tiles of TILE_ROWS rows (the last may be shorter, n rows): the tile at row r0 starts at byte r0 * IN * es of xq and at r0 * IN / 32 of xd and xsum; in it, block b,
- * step s (the block's 4 bytes of x at 4s), row r at byte 32 es nb + 4ns + 4r, and block b, row r
- * at xd[nb + r]. A tile's loop then reads every row's x from one pointer at constant offsets.
+ * by tiles of TILE_ROWS rows (the last may be shorter, n rows): the tile at row r0 starts at byte
+ * r0 * IN * es of xq and at r0 * IN / 32 of xd and xsum; in it, block b, step s (the block's 4
+ * bytes of x at 4s), row r at byte 32 es nb + 4ns + 4r, and block b, row r at xd[nb + r]. A tile's loop then reads every row's x from one pointer at constant offsets.
  * xsum is the sum of the quantized block for int8 x, so that a block's product is exactly W . xq:
  * 4-bit levels lie above their offset (the block's minimum), and the exact float sum would leave an
  * error of (W - offset) . (x - xq) rather than W . (x - xq), W's block being centred near zero
