@@ -37,6 +37,10 @@
  * few dozen rows), while the chunk's x stays in L2 (48 rows of 1536 int16: 147 KB). 48 rows against
  * 24 (x in L1): the LM head at 32 rows 1.2-1.4x faster, at 256 1.7x on AVX2; the rest the same. */
 #define ROW_CHUNK 48
+/* The step loops below are unrolled (`#pragma GCC unroll`): left as loops, gcc
+ * rotated the rows' accumulators through register copies and the stack at every step. Unrolled,
+ * on a Zen 5: 4-bit levels against int8 x 0.65-0.78x the time, 8-bit against int16 x 0.65-0.78x
+ * (AVX-512) and 0.82x (AVX2); AVX2's 4-bit loop the same. */
 
 #ifdef __AVX2__
 /* A block of 32 floats into v, its absmax (returned) and, where `sum` is given, its float sum
@@ -170,6 +174,7 @@ static void quantize_rows(const float *x, int64_t bits, uint8_t *xq, float *xd, 
 static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, const uint8_t *xb, int64_t R,
                                                              __m256i *dots) {
     for (int64_t r = 0; r < R; r++) dots[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int step = 0; step < 8; step++) {
         const __m256i levels = _mm256_loadu_si256((const __m256i *)(wb + 32 * step));
         for (int64_t r = 0; r < R; r++) {
@@ -195,6 +200,7 @@ static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, 
 static inline __attribute__((always_inline)) void block_dots16(const uint8_t *wb, const uint8_t *xb, int64_t R,
                                                                __m256i *dots) {
     for (int64_t r = 0; r < R; r++) dots[r] = _mm256_setzero_si256();
+#pragma GCC unroll 16
     for (int step = 0; step < 16; step++) {
         const __m256i levels = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + 16 * step)));
         for (int64_t r = 0; r < R; r++) {
@@ -254,6 +260,7 @@ static inline __attribute__((always_inline)) void block_dots_wide(const uint8_t 
                                                                   __m512i *dots) {
     for (int64_t r = 0; r < R; r++) dots[r] = _mm512_setzero_si512();
     if (bits == 4) {
+#pragma GCC unroll 8
         for (int step = 0; step < 8; step++) {
             const __m512i levels = _mm512_inserti64x4(
                 _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wa + 32 * step))),
@@ -266,6 +273,7 @@ static inline __attribute__((always_inline)) void block_dots_wide(const uint8_t 
         }
         return;
     }
+#pragma GCC unroll 16
     for (int step = 0; step < 16; step++) {
         const __m256i bytes = _mm256_inserti128_si256(
             _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(wa + 16 * step))),
@@ -405,7 +413,8 @@ void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const f
 #pragma omp parallel num_threads(threads)
     for (int64_t chunk = 0; chunk < R; chunk += ROW_CHUNK) {
         const int64_t chunk_end = chunk + ROW_CHUNK < R ? chunk + ROW_CHUNK : R;
-#pragma omp for schedule(static)
+        /* nowait: each chunk writes its own rows, so no thread need wait for the other between chunks */
+#pragma omp for schedule(static) nowait
         for (int64_t u = 0; u < units; u++) {
             const int64_t t = u * per_unit, pair = per_unit == 2 && t + 1 < tiles;
             const uint8_t *wt = w + t * nb * 256;
