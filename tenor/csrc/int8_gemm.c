@@ -42,6 +42,24 @@
  * on a Zen 5: 4-bit levels against int8 x 0.65-0.78x the time, 8-bit against int16 x 0.65-0.78x
  * (AVX-512) and 0.82x (AVX2); AVX2's 4-bit loop the same. */
 
+/* The next unit's levels of block b (its `tiles` tiles, nb blocks apart), fetched while this unit's
+ * first rows work on block b: each tile's levels (nb * 256 bytes) span pages, where the hardware
+ * prefetchers stop, so at a few dozen rows every tile began with stalls on memory. */
+static inline __attribute__((always_inline)) void fetch_block_ahead(const uint8_t *ahead, int64_t b, int64_t nb,
+                                                                    int tiles) {
+    for (int t = 0; t < tiles; t++)
+        for (int line = 0; line < 256; line += 64) __builtin_prefetch(ahead + (t * nb + b) * 256 + line);
+}
+
+static inline __attribute__((always_inline)) void fetch_steps_ahead(const float *steps, const float *offsets,
+                                                                    int64_t b, int64_t nb, int tiles) {
+    if (b % 2) return; /* a line holds two blocks' 8 steps */
+    for (int t = 0; t < tiles; t++) {
+        __builtin_prefetch(steps + (t * nb + b) * 8);
+        __builtin_prefetch(offsets + (t * nb + b) * 8);
+    }
+}
+
 #ifdef __AVX2__
 /* A block of 32 floats into v, its absmax (returned) and, where `sum` is given, its float sum
  * (int16 x only; int8 x sums its quantized block). Inlined, so a NULL `sum` folds the adds away. */
@@ -222,10 +240,12 @@ static inline __attribute__((always_inline)) void block_dots16(const uint8_t *wb
 static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, const float *steps,
                                                             const float *offsets, const uint8_t *xq, const float *xd,
                                                             const float *xsum, const float *bias, float *out,
-                                                            int64_t R, int64_t bits, int64_t nb, int64_t OUT) {
+                                                            int64_t R, int64_t bits, int64_t nb, int64_t OUT,
+                                                            const uint8_t *ahead) {
     __m256 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
+        if (ahead) fetch_block_ahead(ahead, b, nb, 1), fetch_steps_ahead(steps + nb * 8, offsets + nb * 8, b, nb, 1);
         __m256i dots[TILE_ROWS];
         if (bits == 8)
             block_dots16(wt + b * 256, xq + b * 64 * R, R, dots);
@@ -293,11 +313,12 @@ static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *
                                                                  const float *offsets, const uint8_t *xq,
                                                                  const float *xd, const float *xsum, const float *bias,
                                                                  float *out, int64_t R, int64_t bits, int64_t nb,
-                                                                 int64_t OUT) {
+                                                                 int64_t OUT, const uint8_t *ahead) {
     const int64_t next = nb * 256, next_steps = nb * 8;
     __m512 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
+        if (ahead) fetch_block_ahead(ahead, b, nb, 2), fetch_steps_ahead(steps + 2 * nb * 8, offsets + 2 * nb * 8, b, nb, 2);
         __m512i dots[TILE_ROWS];
         block_dots_wide(wt + b * 256, wt + next + b * 256, xq + b * (bits == 8 ? 64 : 32) * R, R, bits, dots);
         const __m512 step = two_halves_ps(steps + b * 8, steps + next_steps + b * 8);
@@ -347,11 +368,11 @@ static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float 
 #if WIDE_TILES
 #define TILE_CALL(rows, b)                                                                             \
     if (pair)                                                                                          \
-        gemm_tile_wide(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT);                 \
+        gemm_tile_wide(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT, ahead);                 \
     else                                                                                               \
-        gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT)
+        gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT, ahead)
 #else
-#define TILE_CALL(rows, b) gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT)
+#define TILE_CALL(rows, b) gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT, ahead)
 #endif
 #define GEMM_ROWS(rows)                                                                                \
     case rows:                                                                                         \
@@ -365,7 +386,7 @@ static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float 
 /* gemm_tile (or, for `pair`, gemm_tile_wide) with R and bits constants (each its own compiled loop). */
 static void gemm_rows(const uint8_t *wt, const float *steps, const float *offsets, const uint8_t *xq,
                       const float *xd, const float *xsum, const float *bias, float *out, int64_t R, int64_t bits,
-                      int64_t nb, int64_t OUT, int pair) {
+                      int64_t nb, int64_t OUT, int pair, const uint8_t *ahead) {
 #ifdef __AVX2__
     switch (R) {
 #if TILE_ROWS > 6
@@ -384,7 +405,7 @@ static void gemm_rows(const uint8_t *wt, const float *steps, const float *offset
         GEMM_ROWS(1)
     }
 #endif
-    (void)pair; /* the portable build has no wide tiles: the loop never pairs there */
+    (void)pair, (void)ahead; /* the portable build has no wide tiles: the loop never pairs there */
     gemm_tile_scalar(wt, steps, offsets, xq, xd, xsum, bias, out, R, bits, nb, OUT);
 }
 
@@ -419,10 +440,11 @@ void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const f
             const int64_t t = u * per_unit, pair = per_unit == 2 && t + 1 < tiles;
             const uint8_t *wt = w + t * nb * 256;
             const float *st = steps + t * nb * 8, *ot = offsets + t * nb * 8, *bt = bias ? bias + 8 * t : NULL;
+            const uint8_t *next_unit = u + 1 < units ? wt + per_unit * nb * 256 : NULL;
             for (int64_t r = chunk; r < chunk_end; r += TILE_ROWS) {
                 const int64_t rows = chunk_end - r < TILE_ROWS ? chunk_end - r : TILE_ROWS;
                 gemm_rows(wt, st, ot, xq + r * IN * es, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows,
-                          bits, nb, OUT, (int)pair);
+                          bits, nb, OUT, (int)pair, r == chunk ? next_unit : NULL);
             }
         }
     }
