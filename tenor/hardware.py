@@ -187,14 +187,22 @@ def resolve_device(name: str, has_cuda: bool | None = None) -> str:
     return name
 
 
-def integer_gemm_serves(cpu: CpuInfo, simd_width: int) -> bool:
+def integer_gemm_serves(cpu: CpuInfo, simd_width: int, int8_activations: bool = False) -> bool:
     """Whether tenor's integer GEMM (tenor/csrc/int8_gemm.c, built `simd_width` bits wide: 0, 256
-    or 512) serves block weights' big batches on `cpu`: CPUs without native bf16 (whose bf16 GEMMs
-    are faster still), where its vector path beats FBGEMM's fp16 GEMM: any on AVX2 CPUs without
-    AVX-512 (both 256 bits wide), on AVX-512 CPUs only the 512-bit VNNI one (benchmarks/RESULTS.md;
-    without VNNI FBGEMM's 512-bit FMAs are ahead)."""
-    if "avx2" not in cpu.flags or cpu.native_bf16:
+    or 512) serves block weights' big batches on `cpu`, for `--quantize int8` or, with
+    `int8_activations`, `--quantize int8a8` (benchmarks/RESULTS.md, `benchmarks/batch_gemm.py`):
+    - CPUs without native bf16: where its vector path beats FBGEMM's fp16 GEMM: any on AVX2 CPUs
+      without AVX-512 (both 256 bits wide), on AVX-512 CPUs only the 512-bit VNNI one (without
+      VNNI FBGEMM's 512-bit FMAs are ahead);
+    - AVX512-BF16 CPUs without AMX (Zen 4, Zen 5): for int8a8 only. Its int8 x against 4-bit
+      levels does twice the multiply-adds of oneDNN's bf16 instruction (Zen 5: 1.15-1.75x the
+      speed), and int16 x against 8-bit levels (the LM head) is as fast as bf16 and more exact;
+      int16 x against 4-bit levels (`int8`) is slower, so bf16 keeps those;
+    - AMX CPUs: never (AMX's bf16 tiles are far ahead)."""
+    if "avx2" not in cpu.flags or "amx_bf16" in cpu.flags:
         return False
+    if cpu.native_bf16:
+        return int8_activations and simd_width >= 512
     return simd_width >= (512 if "avx512f" in cpu.flags else 256)
 
 
@@ -223,7 +231,8 @@ def choose_precision(
         if cpu.native_bf16 and not decode_kernels:
             dtype, why = "bfloat16", f"{cpu.isa} computes bf16 natively"
         elif cpu.native_bf16:
-            dtype, why = "float32", f"{cpu.isa}: float32 decode kernels, big batches in native bf16"
+            batches = "int8 (VNNI)" if integer_gemm and quantize in ("auto", "int8a8") else "native bf16"
+            dtype, why = "float32", f"{cpu.isa}: float32 decode kernels, big batches in {batches}"
         else:
             dtype, why = "float32", "no native bf16 on this CPU (it would be emulated, ~10x slower)"
     else:
@@ -243,9 +252,8 @@ def choose_precision(
             return Precision(
                 dtype,
                 "int8a8",
-                f"{why}; int8 weights read a quarter of float32's bytes per decode step, and prompts' 4-bit "
-                "weights meet int8 activations (llama.cpp's numerics; --quantize int8 for int16 ones, as exact as "
-                "float)",
+                f"{why}; int8 weights read a quarter of float32's bytes per decode step, and big batches' 4-bit "
+                "weights meet int8 activations (llama.cpp's numerics; --quantize int8 for the exact path)",
             )
         if native_kernels:
             return Precision(dtype, "int8", f"{why}; int8 weights read a quarter of float32's bytes per decode step")
@@ -290,7 +298,7 @@ def resolve_precision(dtype: str, quantize: str, device: str = "cpu") -> Precisi
     from tenor.models import native
 
     cpu = cpu_info()
-    integer_gemm = integer_gemm_serves(cpu, native.int8_gemm_width())
+    integer_gemm = integer_gemm_serves(cpu, native.int8_gemm_width(), int8_activations=True)
     return choose_precision(dtype, quantize, cpu, fbgemm_fp16_available(), native.available(), device, integer_gemm)
 
 

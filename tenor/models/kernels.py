@@ -209,12 +209,13 @@ class Int8GemmKernel(LinearKernel):
         return _nbytes(self.weights.levels, self.weights.steps, self.weights.offsets, self.bias)
 
 
-def int8_gemm_applies(out_features: int) -> bool:
-    """Whether block weights take Int8GemmKernel for big batches here: where the integer GEMM serves
-    (`tenor.hardware.integer_gemm_serves`), for OUT a multiple of the kernel's 8-output tiles."""
+def int8_gemm_applies(out_features: int, int8_activations: bool = False) -> bool:
+    """Whether block weights take Int8GemmKernel for big batches here, for `--quantize int8` or
+    (`int8_activations`) `int8a8`: where the integer GEMM serves it (`tenor.hardware.integer_gemm_serves`),
+    for OUT a multiple of the kernel's 8-output tiles."""
     from tenor.hardware import cpu_info, integer_gemm_serves
 
-    return out_features % 8 == 0 and integer_gemm_serves(cpu_info(), native.int8_gemm_width())
+    return out_features % 8 == 0 and integer_gemm_serves(cpu_info(), native.int8_gemm_width(), int8_activations)
 
 
 class Int8BlockKernel(DecodeKernel):
@@ -234,7 +235,7 @@ class Int8BlockKernel(DecodeKernel):
             bits, (decode_q, steps, offsets) = 4, nibbles
         else:
             bits, steps, (decode_q, offsets) = 8, scales, native.signed_blocks(q, scales, mins)
-        if not int8_gemm_applies(weight.shape[0]):
+        if not int8_gemm_applies(weight.shape[0], int8_activations):
             batched: LinearKernel = batched_kernel(weight, bias)
         elif bits == 4 and int8_activations:  # levels 0..15 against int8 x
             batched = Int8GemmKernel(native.int8_gemm_pack(q // 17, steps, offsets), bias)

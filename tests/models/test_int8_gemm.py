@@ -125,25 +125,48 @@ def test_block_weights_take_the_integer_gemm_for_big_batches_on_avx2_only_cpus(m
     assert eight_bit.bits == 8 and eight_bit.batched.weights.bits == 8  # int16 x for 8-bit weights always
 
 
+ZEN5_FLAGS = {"avx2", "avx512f", "avx512_vnni", "avx512_bf16"}
+
+
 @pytest.mark.parametrize(
-    "flags, width, expected",
+    "flags, width, for_int8, for_int8a8",
     [
-        ({"avx2", "fma"}, 256, True),  # AVX2 only: the integer GEMM against FBGEMM's 256-bit fp16
-        ({"avx2", "avx_vnni"}, 256, True),
-        ({"avx2", "avx512f"}, 256, False),  # AVX-512 without VNNI: FBGEMM's 512-bit FMAs are ahead
-        ({"avx2", "avx512f", "avx512_vnni"}, 512, True),  # Cascade Lake, Ice Lake
-        ({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"}, 512, False),  # native bf16 GEMMs instead
-        ({"avx2", "avx512f", "amx_bf16"}, 512, False),
-        ({"avx2", "fma"}, 0, False),  # a build without the vector path
-        ({"asimd"}, 0, False),
+        ({"avx2", "fma"}, 256, True, True),  # AVX2 only: the integer GEMM against FBGEMM's 256-bit fp16
+        ({"avx2", "avx_vnni"}, 256, True, True),
+        ({"avx2", "avx512f"}, 256, False, False),  # AVX-512 without VNNI: FBGEMM's 512-bit FMAs are ahead
+        ({"avx2", "avx512f", "avx512_vnni"}, 512, True, True),  # Cascade Lake, Ice Lake
+        # Zen 4/5: oneDNN's bf16 beats int16 x against 4-bit levels; VNNI's int8 x beats bf16
+        (ZEN5_FLAGS, 512, False, True),
+        (ZEN5_FLAGS, 256, False, False),  # without the 512-bit VNNI build, bf16 everywhere
+        ({"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"}, 512, False, False),  # AMX's tiles
+        ({"avx2", "fma"}, 0, False, False),  # a build without the vector path
+        ({"asimd"}, 0, False, False),
     ],
 )
-def test_the_int8_gemm_is_chosen_where_it_beats_the_float_gemms(monkeypatch, flags, width, expected):
+def test_the_int8_gemm_is_chosen_where_it_beats_the_float_gemms(monkeypatch, flags, width, for_int8, for_int8a8):
     monkeypatch.setattr(kernels.native, "int8_gemm_width", lambda: width)
     cpu = dataclasses.replace(hardware.cpu_info(), flags=frozenset(flags))
     monkeypatch.setattr(hardware, "cpu_info", lambda: cpu)
-    assert int8_gemm_applies(64) is expected
-    assert not int8_gemm_applies(60)  # not whole tiles of 8 outputs
+    assert int8_gemm_applies(64) is for_int8
+    assert int8_gemm_applies(64, int8_activations=True) is for_int8a8
+    assert not int8_gemm_applies(60, int8_activations=True)  # not whole tiles of 8 outputs
+
+
+@needs_simd
+def test_int8a8_takes_the_integer_gemm_on_bf16_cpus_without_amx_and_int8_keeps_the_float_gemm(monkeypatch):
+    monkeypatch.setattr(kernels.native, "int8_gemm_width", lambda: 512)
+    cpu = dataclasses.replace(hardware.cpu_info(), flags=frozenset(ZEN5_FLAGS))
+    monkeypatch.setattr(hardware, "cpu_info", lambda: cpu)
+    four_bit, eight_bit = q4_1_weight(48, 64, seed=9), torch.randn(48, 64) * 0.05
+    assert not isinstance(Int8BlockKernel(four_bit, None).batched, Int8GemmKernel)
+    fast = Int8BlockKernel(four_bit, None, int8_activations=True)
+    assert isinstance(fast.batched, Int8GemmKernel) and fast.batched.weights.bits == 4  # int8 x
+    head = Int8BlockKernel(eight_bit, None, int8_activations=True)
+    assert isinstance(head.batched, Int8GemmKernel) and head.batched.weights.bits == 8  # int16 x, the LM head's
+    x = torch.randn(20, 64)
+    for kernel, weight, tolerance in ((fast, four_bit, 0.02), (head, eight_bit, 0.01)):
+        error = (kernel(x) - F.linear(x, weight)).abs().max() / F.linear(x, weight).abs().max()
+        assert error <= tolerance
 
 
 # Each vector path the build can take, with the flags gcc needs for it and the cpuinfo flags the host
