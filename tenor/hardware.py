@@ -14,10 +14,11 @@ the CPUs we meet (benchmarks/RESULTS.md):
   without a C compiler, float16 alone. On AVX2 CPUs without AVX-512, and on AVX-512 ones with VNNI
   but no bf16 (Cascade Lake, Ice Lake), the blocks themselves serve those batches instead, through
   tenor's integer GEMM with activations in int16 per block of 32 (as exact as FBGEMM's fp16,
-  1.0-1.4x its speed and 1.3-3x on the LM head, fewer bytes). There `auto` takes int8 activations
-  against 4-bit weights (`int8a8`, llama.cpp's numerics: ~1.4-2.5x FBGEMM, 1.2-1.3x the int16
-  ones at 32 streams, 97.2-97.5 % prefill top-1 on the default model); `--quantize int8` keeps
-  int16 ones (100 %).
+  1.0-1.4x its speed and 1.3-3x on the LM head, fewer bytes). There, and on AVX512-BF16 CPUs
+  without AMX (Zen 4, Zen 5), `auto` takes int8 activations against 4-bit weights (`int8a8`,
+  llama.cpp's numerics: ~1.4-2.5x FBGEMM, 1.2-1.3x the int16 ones at 32 streams, 1.15-1.75x
+  oneDNN's bf16 on a Zen 5; 96.9-97.5 % prefill top-1 on the default model, `integer_gemm_serves`);
+  `--quantize int8` keeps int16 ones or bf16 (98-100 %).
   Accuracy against HF transformers in float32 on the default model: benchmarks/accuracy.py,
   figures in RESULTS.md.
 
@@ -46,8 +47,8 @@ WEIGHT_LABELS = {
     "fp16": "float16 weights, read in place by tenor's kernel for decode, bf16 (oneDNN) or FBGEMM's fp16 for prefill",
     "int8": "int8 weights in blocks of 32 for decode (tenor's kernel), bf16 (oneDNN) or float16 (FBGEMM) for prefill "
     "(CPUs without native bf16: the blocks through tenor's integer GEMM, activations in int16)",
-    "int8a8": "int8 weights as for int8, and 4-bit ones against int8 activations for prefill on CPUs without "
-    "native bf16 (llama.cpp's numerics: faster, less exact)",
+    "int8a8": "int8 weights as for int8, and 4-bit ones against int8 activations for big batches on x86 CPUs "
+    "without AMX (llama.cpp's numerics: faster, less exact)",
 }
 
 

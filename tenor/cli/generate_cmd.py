@@ -28,7 +28,7 @@ def register(subparsers) -> None:
         choices=QUANTIZE_CHOICES,
         default=None,
         help="linear weights: auto (the default), none (in --dtype, exact), fp16 (FBGEMM), int8 (decode) + fp16, "
-        "int8a8 (int8 activations for prefill on CPUs without native bf16)",
+        "int8a8 (int8 activations for big batches on x86 CPUs without AMX)",
     )
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)

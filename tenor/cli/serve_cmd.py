@@ -57,9 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=QUANTIZE_CHOICES,
         default=None,
         help="how linear weights are stored: auto (default: int8 weights beside float32 activations on "
-        "x86, as int8a8 on CPUs without native bf16, else as int8), none (in --dtype; exact), fp16 "
+        "x86, as int8a8 on CPUs without AMX, else as int8), none (in --dtype; exact), fp16 "
         "(FBGEMM's fp16 GEMM), int8 (int8 for decode, prefill as exact as fp16), int8a8 (int8 activations "
-        "against 4-bit weights for prefill on CPUs without native bf16: llama.cpp's numerics, faster, "
+        "against 4-bit weights for big batches on x86 CPUs without AMX: llama.cpp's numerics, faster, "
         "less exact)",
     )
     parser.add_argument(

@@ -20,7 +20,8 @@ Each kernel owns its weight in the layout its library wants and computes x @ W.T
 - `Int8GemmKernel`: block weights through tenor's integer GEMM, the big batches' kernel of
   `Int8BlockKernel` on CPUs without native bf16 (`int8_gemm_applies`; x in int16 per block of
   32 with `int8`, or int8 with `int8a8`, the default there; faster than FBGEMM's fp16 there,
-  benchmarks/RESULTS.md).
+  benchmarks/RESULTS.md), and with `int8a8` on AVX512-BF16 CPUs without AMX (faster than
+  oneDNN's bf16 there).
 - `Int8WeightOnlyKernel`: int8 weights with per-row scales (`tenor convert --quantize int8`),
   through torch's fused CPU kernel.
 """
@@ -188,11 +189,11 @@ class DecodeKernel(LinearKernel):
 
 class Int8GemmKernel(LinearKernel):
     """Block weights through tenor's integer GEMM (tenor/csrc/int8_gemm.c): the big batches' kernel
-    of `Int8BlockKernel` on CPUs without native bf16 (`int8_gemm_applies`). x is quantized per
-    block of 32: to int16 against 8-bit levels (any block weights, 4-bit ones shifted to signed:
-    as exact as FBGEMM's fp16 weights), or to int8 against 4-bit levels (`int8a8`, the
-    default where this kernel serves: llama.cpp's numerics, ~1.4-2.5x faster, 97.2-97.5 % prefill
-    top-1 on the default model against 100 %).
+    of `Int8BlockKernel` where `int8_gemm_applies`. x is quantized per block of 32: to int16
+    against 8-bit levels (any block weights, 4-bit ones shifted to signed: as exact as FBGEMM's
+    fp16 weights), or to int8 against 4-bit levels (`int8a8`, the default where this kernel
+    serves: llama.cpp's numerics, ~1.4-2.5x faster, 96.9-97.5 % prefill top-1 on the default
+    model against 98-100 %).
     One byte a weight and 0.25 for the steps and offsets."""
 
     name = "int8_gemm"
