@@ -37,26 +37,24 @@
  * few dozen rows), while the chunk's x stays in L2 (48 rows of 1536 int16: 147 KB). 48 rows against
  * 24 (x in L1): the LM head at 32 rows 1.2-1.4x faster, at 256 1.7x on AVX2; the rest the same. */
 #define ROW_CHUNK 48
-/* The step loops below are unrolled (`#pragma GCC unroll`): left as loops, gcc
- * rotated the rows' accumulators through register copies and the stack at every step. Unrolled,
+/* The step loops below are unrolled (`#pragma GCC unroll`): left as loops, gcc rotated the rows'
+ * accumulators through register copies and the stack at every step. Unrolled,
  * on a Zen 5: 4-bit levels against int8 x 0.65-0.78x the time, 8-bit against int16 x 0.65-0.78x
  * (AVX-512) and 0.82x (AVX2); AVX2's 4-bit loop the same. */
 
-/* The next unit's levels of block b (its `tiles` tiles, nb blocks apart), fetched while this unit's
- * first rows work on block b: each tile's levels (nb * 256 bytes) span pages, where the hardware
- * prefetchers stop, so at a few dozen rows every tile began with stalls on memory. */
-static inline __attribute__((always_inline)) void fetch_block_ahead(const uint8_t *ahead, int64_t b, int64_t nb,
-                                                                    int tiles) {
-    for (int t = 0; t < tiles; t++)
-        for (int line = 0; line < 256; line += 64) __builtin_prefetch(ahead + (t * nb + b) * 256 + line);
-}
-
-static inline __attribute__((always_inline)) void fetch_steps_ahead(const float *steps, const float *offsets,
-                                                                    int64_t b, int64_t nb, int tiles) {
-    if (b % 2) return; /* a line holds two blocks' 8 steps */
+/* Block b of the next unit (its `tiles` tiles: levels, steps and offsets, which start `tiles` tiles
+ * past this unit's `steps` and `offsets`), fetched while this unit's first rows work on block b:
+ * each tile's levels (nb * 256 bytes) and steps span pages, where the hardware prefetchers stop,
+ * so at a few dozen rows every tile began with stalls on memory. */
+static inline __attribute__((always_inline)) void fetch_next_unit(const uint8_t *levels, const float *steps,
+                                                                  const float *offsets, int64_t b, int64_t nb,
+                                                                  int tiles) {
     for (int t = 0; t < tiles; t++) {
-        __builtin_prefetch(steps + (t * nb + b) * 8);
-        __builtin_prefetch(offsets + (t * nb + b) * 8);
+        for (int line = 0; line < 256; line += 64) __builtin_prefetch(levels + (t * nb + b) * 256 + line);
+        if (b % 2 == 0) { /* a line holds two blocks' 8 steps */
+            __builtin_prefetch(steps + ((tiles + t) * nb + b) * 8);
+            __builtin_prefetch(offsets + ((tiles + t) * nb + b) * 8);
+        }
     }
 }
 
@@ -146,7 +144,8 @@ static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
  * block: absmax / 127 or / 32767) and xsum (each block's sum, for the weights' offsets), laid out
  * by tiles of TILE_ROWS rows (the last may be shorter, n rows): the tile at row r0 starts at byte
  * r0 * IN * es of xq and at r0 * IN / 32 of xd and xsum; in it, block b, step s (the block's 4
- * bytes of x at 4s), row r at byte 32 es nb + 4ns + 4r, and block b, row r at xd[nb + r]. A tile's loop then reads every row's x from one pointer at constant offsets.
+ * bytes of x at 4s), row r at byte 32 es nb + 4ns + 4r, and block b, row r at xd[nb + r]. A
+ * tile's loop then reads every row's x from one pointer at constant offsets.
  * xsum is the sum of the quantized block for int8 x, so that a block's product is exactly W . xq:
  * 4-bit levels lie above their offset (the block's minimum), and the exact float sum would leave an
  * error of (W - offset) . (x - xq) rather than W . (x - xq), W's block being centred near zero
@@ -245,7 +244,7 @@ static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, c
     __m256 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        if (ahead) fetch_block_ahead(ahead, b, nb, 1), fetch_steps_ahead(steps + nb * 8, offsets + nb * 8, b, nb, 1);
+        if (ahead) fetch_next_unit(ahead, steps, offsets, b, nb, 1);
         __m256i dots[TILE_ROWS];
         if (bits == 8)
             block_dots16(wt + b * 256, xq + b * 64 * R, R, dots);
@@ -318,7 +317,7 @@ static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *
     __m512 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        if (ahead) fetch_block_ahead(ahead, b, nb, 2), fetch_steps_ahead(steps + 2 * nb * 8, offsets + 2 * nb * 8, b, nb, 2);
+        if (ahead) fetch_next_unit(ahead, steps, offsets, b, nb, 2);
         __m512i dots[TILE_ROWS];
         block_dots_wide(wt + b * 256, wt + next + b * 256, xq + b * (bits == 8 ? 64 : 32) * R, R, bits, dots);
         const __m512 step = two_halves_ps(steps + b * 8, steps + next_steps + b * 8);
@@ -368,7 +367,7 @@ static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float 
 #if WIDE_TILES
 #define TILE_CALL(rows, b)                                                                             \
     if (pair)                                                                                          \
-        gemm_tile_wide(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT, ahead);                 \
+        gemm_tile_wide(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT, ahead);          \
     else                                                                                               \
         gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT, ahead)
 #else
@@ -405,7 +404,7 @@ static void gemm_rows(const uint8_t *wt, const float *steps, const float *offset
         GEMM_ROWS(1)
     }
 #endif
-    (void)pair, (void)ahead; /* the portable build has no wide tiles: the loop never pairs there */
+    (void)pair, (void)ahead; /* the portable build has no wide tiles and fetches nothing ahead */
     gemm_tile_scalar(wt, steps, offsets, xq, xd, xsum, bias, out, R, bits, nb, OUT);
 }
 
