@@ -1,8 +1,10 @@
-"""A/B of tenor's block matmul kernel (`tenor_block_linear_f32`) between two versions of
-tenor/csrc, in one process: each is compiled into its own library, and the two are called in
-turn on the same weights, so that the machine's drift touches both alike.
+"""A/B of tenor's block matmul kernels between two versions of tenor/csrc, in one process: each
+is compiled into its own library, and the two are called in turn on the same weights, so that the
+machine's drift touches both alike. --kernel block_linear (decode, up to 8 rows) or int8_gemm
+(big batches: prompts, many streams; 4-bit weights take int8 x, 8-bit ones int16 x).
 
     python benchmarks/kernel_ab.py --base HEAD~1 [--bits 4,8] [--rows 1,4,8] [--march native]
+    python benchmarks/kernel_ab.py --kernel int8_gemm --rows 32,64,512 --march haswell
 
 --base is a git revision (its tenor/csrc, by `git archive`); the other side is the working
 tree's tenor/csrc. Each shape cycles through copies of its weights that together exceed the
@@ -59,7 +61,36 @@ def _weights(out_features: int, in_features: int, bits: int) -> list[tuple[torch
     return made
 
 
-def _call(lib: ctypes.CDLL, x: torch.Tensor, weights: tuple[torch.Tensor, ...], bits: int, out: torch.Tensor) -> None:
+def _gemm_weights(out_features: int, in_features: int, bits: int) -> native.Int8GemmWeights:
+    """One weight in int8_gemm's layout; at many rows each is read once for dozens of rows, so one
+    copy serves (from cache or not, as in serving)."""
+    q, scales, mins = native.quantize_u8_blocks(torch.randn(out_features, in_features) * 0.02)
+    if bits == 4:
+        return native.int8_gemm_pack((q // 17).to(torch.uint8), scales * 17, mins)
+    levels, offsets = native.signed_blocks(q, scales, mins)
+    return native.int8_gemm_pack(levels, scales, offsets)
+
+
+def _call_gemm(lib: ctypes.CDLL, x: torch.Tensor, w: native.Int8GemmWeights, out: torch.Tensor) -> None:
+    rows, in_features = x.shape
+    scratch = torch.empty(rows * in_features * w.bits // 4 + 8 * rows * (in_features // 32), dtype=torch.uint8)
+    lib.tenor_int8_gemm_f32(
+        *(ctypes.c_void_p(t.data_ptr()) for t in (x, w.levels)),
+        ctypes.c_int64(w.bits),
+        *(ctypes.c_void_p(t.data_ptr()) for t in (w.steps, w.offsets)),
+        None,
+        *(ctypes.c_void_p(t.data_ptr()) for t in (out, scratch)),
+        *(ctypes.c_int64(n) for n in (rows, in_features, w.out_features, torch.get_num_threads())),
+    )
+
+
+Weights = tuple[torch.Tensor, ...] | native.Int8GemmWeights
+
+
+def _call(lib: ctypes.CDLL, x: torch.Tensor, weights: Weights, bits: int, out: torch.Tensor) -> None:
+    if isinstance(weights, native.Int8GemmWeights):
+        _call_gemm(lib, x, weights, out)
+        return
     packed, scales, offsets = weights
     rows, in_features = x.shape
     lib.tenor_block_linear_f32(
@@ -72,9 +103,13 @@ def _call(lib: ctypes.CDLL, x: torch.Tensor, weights: tuple[torch.Tensor, ...], 
     )
 
 
-def compare(base: ctypes.CDLL, new: ctypes.CDLL, bits: int, rows: int, shape: tuple[int, int], repeats: int) -> str:
+def compare(
+    base: ctypes.CDLL, new: ctypes.CDLL, bits: int, rows: int, shape: tuple[int, int], repeats: int, gemm: bool
+) -> str:
     out_features, in_features = shape
-    copies = _weights(out_features, in_features, bits)
+    copies: list[Weights] = (
+        [_gemm_weights(out_features, in_features, bits)] if gemm else list(_weights(out_features, in_features, bits))
+    )
     x = torch.randn(rows, in_features)
     got = {}
     for name, lib in (("base", base), ("new", new)):
@@ -98,22 +133,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", default="HEAD", help="git revision whose tenor/csrc is the base")
     parser.add_argument("--bits", default="4", help="comma list of 4, 8")
-    parser.add_argument("--rows", default="1,4,8", help="comma list, each 1..8")
+    parser.add_argument("--kernel", choices=("block_linear", "int8_gemm"), default="block_linear")
+    parser.add_argument("--rows", default="1,4,8", help="comma list, each 1..8 for block_linear")
     parser.add_argument("--march", default="native", help="gcc -march for both builds, e.g. haswell")
     parser.add_argument("--repeats", type=int, default=300)
     args = parser.parse_args()
     bits_list = [int(b) for b in args.bits.split(",")]
     rows_list = [int(r) for r in args.rows.split(",")]
-    if not set(bits_list) <= {4, 8} or not all(1 <= r <= native.INT8_MAX_ROWS for r in rows_list):
-        parser.error(f"--bits takes 4 and 8, --rows 1..{native.INT8_MAX_ROWS}")
+    gemm = args.kernel == "int8_gemm"
+    most_rows = 1 << 16 if gemm else native.INT8_MAX_ROWS
+    if not set(bits_list) <= {4, 8} or not all(1 <= r <= most_rows for r in rows_list):
+        parser.error(f"--bits takes 4 and 8, --rows 1..{most_rows}")
     with tempfile.TemporaryDirectory() as tmp:
         base = _build(_base_csrc(args.base, Path(tmp)), args.march, Path(tmp) / "base.so")
         new = _build(REPO / "tenor" / "csrc", args.march, Path(tmp) / "new.so")
-        print(f"base {args.base} vs the working tree, -march={args.march}, {torch.get_num_threads()} threads")
+        threads = torch.get_num_threads()
+        print(f"{args.kernel}: base {args.base} vs the working tree, -march={args.march}, {threads} threads")
         for bits in bits_list:
             for shape in SHAPES:
                 for rows in rows_list:
-                    print(compare(base, new, bits, rows, shape, args.repeats), flush=True)
+                    print(compare(base, new, bits, rows, shape, args.repeats, gemm), flush=True)
 
 
 if __name__ == "__main__":

@@ -191,22 +191,35 @@ static void quantize_rows(const float *x, int64_t bits, uint8_t *xq, float *xd, 
 static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, const uint8_t *xb, int64_t R,
                                                              __m256i *dots) {
     for (int64_t r = 0; r < R; r++) dots[r] = _mm256_setzero_si256();
+#if VNNI
 #pragma GCC unroll 8
     for (int step = 0; step < 8; step++) {
         const __m256i levels = _mm256_loadu_si256((const __m256i *)(wb + 32 * step));
         for (int64_t r = 0; r < R; r++) {
             int32_t x4;
             __builtin_memcpy(&x4, xb + 4 * (R * step + r), 4);
-#if VNNI
             dots[r] = DPBUSD(dots[r], levels, _mm256_set1_epi32(x4));
-#else
-            /* a saturating add (never saturates here) that gcc cannot reassociate: with plain adds it
-             * computed all 8 steps' products first and spilled them to the stack */
-            dots[r] = _mm256_adds_epi16(dots[r], _mm256_maddubs_epi16(levels, _mm256_set1_epi32(x4)));
-#endif
         }
     }
-#if !VNNI
+#else
+    /* Two steps' products summed, then added to the row's sum: plain adds, kept in this order by
+     * the empty asm (left free, gcc computed all 8 steps' products first and spilled them). The
+     * saturating add this replaced, one a step, held a Zen 4 to 0.8 vpmaddubsw a cycle; this
+     * form 1.0, the kernel 0.80x the time. */
+#pragma GCC unroll 4
+    for (int step = 0; step < 8; step += 2) {
+        const __m256i even = _mm256_loadu_si256((const __m256i *)(wb + 32 * step));
+        const __m256i odd = _mm256_loadu_si256((const __m256i *)(wb + 32 * step + 32));
+        for (int64_t r = 0; r < R; r++) {
+            int32_t x_even, x_odd;
+            __builtin_memcpy(&x_even, xb + 4 * (R * step + r), 4);
+            __builtin_memcpy(&x_odd, xb + 4 * (R * (step + 1) + r), 4);
+            const __m256i two = _mm256_add_epi16(_mm256_maddubs_epi16(even, _mm256_set1_epi32(x_even)),
+                                                 _mm256_maddubs_epi16(odd, _mm256_set1_epi32(x_odd)));
+            dots[r] = _mm256_add_epi16(dots[r], two);
+            __asm__("" : "+x"(dots[r]));
+        }
+    }
     for (int64_t r = 0; r < R; r++) dots[r] = _mm256_madd_epi16(dots[r], _mm256_set1_epi16(1));
 #endif
 }
