@@ -138,14 +138,29 @@ static inline __attribute__((always_inline)) block_ahead ahead_of(const void *ca
     return a;
 }
 
-/* Row i of the block ahead, into L2 (locality 2: prefetcht1), not L1: fetches into L1 each held one
- * of its few miss buffers until the line came, and the loads of the block at work queued behind
- * them. On a Zen 4, 32 streams' decode attention read K/V at 13.5 GB/s with them and 17.7 GB/s
- * so (0.72-0.80x the time, float32, bf16 and as AVX2 code; int8 0.95x); further ahead was slower.
- * `row_bytes` is a constant where E and bits are. */
+/* Where the block ahead goes: on AMD CPUs into L2 (prefetcht1), where fetches into L1 each held
+ * one of its few miss buffers until the line came and the loads of the block at work queued behind
+ * them. On a Zen 4, 32 streams' decode attention read K/V at 13.5 GB/s fetching into L1 and 17.7
+ * GB/s into L2 (0.72-0.80x the time: float32, bf16 and as AVX2 code; int8 0.95x). On an Intel Xeon
+ * with AMX, into L2 was the same or slower (benchmarks/RESULTS.md), so Intel keeps L1. */
+static int fetch_into_l2;
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((constructor)) static void choose_fetch_level(void) {
+    __builtin_cpu_init();
+    fetch_into_l2 = __builtin_cpu_is("amd");
+}
+#endif
+
+/* Row i of the block ahead; `row_bytes` is a constant where E and bits are. */
 static inline __attribute__((always_inline)) void fetch_row(const block_ahead *a, int64_t i, const int64_t row_bytes) {
     if (!a->rows) return;
-    for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(a->rows + i * row_bytes + off, 0, 2);
+    for (int64_t off = 0; off < row_bytes; off += 64) {
+        if (fetch_into_l2)
+            __builtin_prefetch(a->rows + i * row_bytes + off, 0, 2);
+        else
+            __builtin_prefetch(a->rows + i * row_bytes + off);
+    }
     if (a->scales && i == 0) __builtin_prefetch(a->scales);
 }
 
