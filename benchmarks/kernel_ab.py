@@ -7,8 +7,9 @@ machine's drift touches both alike. --kernel block_linear (decode, up to 8 rows)
     python benchmarks/kernel_ab.py --kernel int8_gemm --rows 32,64,512 --march haswell
 
 --base is a git revision (its tenor/csrc, by `git archive`); the other side is the working
-tree's tenor/csrc. Each shape cycles through copies of its weights that together exceed the
-caches, as a decode step reads them from memory. Prints the median time of each side, their
+tree's tenor/csrc. For block_linear each shape cycles through copies of its weights that together
+exceed the caches, as a decode step reads them from memory; int8_gemm reads one copy, each weight
+serving dozens of rows in turn, as big batches do. Prints the median time of each side, their
 ratio and the largest difference between their outputs, relative to the output's largest value.
 """
 
