@@ -10,7 +10,7 @@ from torch import nn
 from tenor.models import native
 from tenor.models.config import ModelConfig
 from tenor.models.decoder import DecoderLM
-from tenor.models.kernels import DecodeKernel
+from tenor.models.kernels import DecodeKernel, Int8GemmKernel
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
 
 
@@ -97,6 +97,7 @@ class LlamaModel(DecoderLM):
             config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling, interleaved=False
         )
         self._fused_weights: torch.Tensor | None = None  # built on first fused decode step
+        self._fused_gemm = False  # whether every layer has its integer GEMM's weights in _fused_weights
 
     def forward(
         self,
@@ -132,43 +133,52 @@ class LlamaModel(DecoderLM):
         return self.lm_head(self.final_norm(x.index_select(0, logits_rows))).float()
 
     def _can_fuse(self, cache: PagedKVCache, batch: AttentionBatch, num_tokens: int) -> bool:
-        """A decode-only step of a few float32 sequences on the native kernels (one process)."""
+        """A decode-only step of float32 sequences on the native kernels (one process): a few on
+        the decode kernel, or more where every layer's big batches take the integer GEMM."""
         return (
             batch.native
             and not batch.prefills
-            and batch.num_decode == num_tokens <= native.INT8_MAX_ROWS
+            and batch.num_decode == num_tokens
             and batch.decode_lengths is not None
             and batch.decode_blocks is not None
             and not cache.quantized
             and cache.dtype == torch.float32
             and cache.kv.dtype in native.CACHE_DTYPES
+            and (num_tokens <= native.INT8_MAX_ROWS or (self._fused_decode_weights() is not None and self._fused_gemm))
         )
 
     def _fused_decode_weights(self) -> torch.Tensor | None:
-        """[L, 18] int64 pointers into every layer's weights (and their bits) for native.llama_decode, or None when a
+        """[L, 34] int64 pointers into every layer's weights (and their bits) for native.llama_decode, or None when a
         layer cannot take that path (weights not on tenor's decode kernels, or sharded over a group)."""
         if self._fused_weights is None:
             rows = [self._layer_pointers(block) for block in self.layers]
             usable = all(row is not None for row in rows)
             self._fused_weights = torch.tensor(rows if usable else [], dtype=torch.int64)
+            self._fused_gemm = usable and all(row is not None and row[18] != 0 for row in rows)
         return self._fused_weights if self._fused_weights.numel() else None
 
     @staticmethod
     def _layer_pointers(block: nn.Module) -> list[int] | None:
+        """attn_norm, mlp_norm, the four linears' decode weights, then their integer GEMM's (zeros
+        where a linear's big batches take another kernel)."""
         assert isinstance(block, LlamaBlock)
         row = [block.attn_norm.data_ptr(), block.mlp_norm.data_ptr()]
+        gemm: list[int] = []
         for linear in (block.qkv, block.o, block.gate_up, block.down):
             kernel = linear.kernel
             if not isinstance(kernel, DecodeKernel) or linear.has_bias or linear._reduce is not None:
                 return None
             row += [kernel.q.data_ptr(), kernel.bits, kernel.scales.data_ptr(), kernel.offsets.data_ptr()]
-        return row
+            if isinstance(kernel.batched, Int8GemmKernel):
+                w = kernel.batched.weights
+                gemm += [w.levels.data_ptr(), w.bits, w.steps.data_ptr(), w.offsets.data_ptr()]
+        return row + (gemm if len(gemm) == 16 else [0] * 16)
 
     def load_weights(
         self, weights: dict[str, torch.Tensor], dtype: torch.dtype, weight_format: str = "dense", device: str = "cpu"
     ) -> None:
         c = self.config
-        self._fused_weights = None
+        self._fused_weights, self._fused_gemm = None, False
         take = WeightTaker(weights, weight_format, device)
         self.embed = nn.Parameter(
             take.float("embed.weight", (c.vocab_size, c.hidden_size)).to(dtype), requires_grad=False

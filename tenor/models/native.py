@@ -216,7 +216,13 @@ class AttentionScratch:
 
 # Consecutive rows that read the same blocks one token further each (a prompt's) attend together,
 # up to this many, each cache row read and widened once for all of them.
-ATTENTION_TILE = 8
+ATTENTION_TILE = 16
+
+
+def attention_scratch_floats(threads: int, tile: int, group: int, max_len: int) -> int:
+    """The scores scratch tenor_paged_attention needs: for each thread, a tile's query vectors (tile
+    rows x `group` query heads a kv head) rounded up to whole vectors of 16, times max_len."""
+    return threads * -(-tile * group // 16) * 16 * max_len
 
 
 def paged_attention(
@@ -239,7 +245,7 @@ def paged_attention(
     q = q.contiguous()
     out = torch.empty_like(q)
     threads = torch.get_num_threads()
-    buffer = scratch.get(threads * ATTENTION_TILE * (heads // kv_heads) * max_len)
+    buffer = scratch.get(attention_scratch_floats(threads, ATTENTION_TILE, heads // kv_heads, max_len))
     sizes = (batch, heads, kv_heads, dim, table.shape[1], block_size, slots, max_len)
     shape = (*sizes, dim**-0.5, ATTENTION_TILE, threads)
     if k_scales is not None and v_scales is not None:  # an int8 cache
@@ -426,13 +432,14 @@ def llama_decode(
     max_len: int,
     eps: float,
 ) -> None:
-    """Every Llama layer of a decode step in one call, x [R, D] float32 in place (R <= INT8_MAX_ROWS).
-    layer_weights [L, 18] int64: each layer's weight pointers and bits (see tenor_llama_decode_f32); kv the
-    whole cache [L, 2, K, slots, E], float32 or bf16."""
+    """Every Llama layer of a decode step in one call, x [R, D] float32 in place: up to INT8_MAX_ROWS
+    rows on the decode kernel, more on the integer GEMM. layer_weights [L, 34] int64: each layer's
+    weight pointers and bits (see tenor_llama_decode_f32); kv the whole cache [L, 2, K, slots, E],
+    float32 or bf16."""
     rows, dim = x.shape
     num_layers, _, kv_heads, num_slots, head_dim = kv.shape
     threads = torch.get_num_threads()
-    scores = scratch.get(threads * (num_heads // kv_heads) * max_len)
+    scores = scratch.get(attention_scratch_floats(threads, 1, num_heads // kv_heads, max_len))
     _built().tenor_llama_decode_f32(
         _ptr(x),
         _ptr(layer_weights),

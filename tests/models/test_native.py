@@ -308,6 +308,42 @@ def test_paged_attention_over_an_int8_cache_matches_its_dequantized_values():
     assert torch.allclose(out, expected, atol=1e-5)
 
 
+@needs_native
+@pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (8, 1, 64), (4, 2, 128), (3, 1, 80)])
+@pytest.mark.parametrize("kv", ["float32", "bfloat16", "int8"])
+def test_prompt_rows_match_causal_sdpa_over_their_cached_prefix(heads, kv_heads, dim, kv):
+    """A prompt chunk after a cached prefix (rows seeing 20..64 tokens) beside a second prompt's
+    rows, in tiles: each row is what torch's attention gives over the K/V the cache holds. Head dims
+    64 and 128 take the register-blocked prompt tiles where the CPU has AVX2 (8 x 8 = 64 query
+    vectors: two lane groups), 80 the per-row dots."""
+    from tenor.models.layers import PagedKVCache
+
+    gen = torch.Generator().manual_seed(11)
+    block_size, num_blocks = 16, 12
+    cache = PagedKVCache(1, num_blocks, block_size, kv_heads, dim, torch.float32, quantized=kv == "int8")
+    slots = torch.arange(num_blocks * block_size)
+    values = [torch.randn(len(slots), kv_heads, dim, generator=gen) for _ in "kv"]
+    if kv == "bfloat16":
+        values = [t.to(torch.bfloat16).float() for t in values]
+    cache.write(0, slots, *values)
+    k, v = (t.contiguous() for t in cache.read(0, slots))  # what the cache holds, as float32 [K, S, E]
+    first, second = torch.tensor([7, 2, 9, 4]), torch.tensor([3, 5, 1, 8])
+    table = torch.stack([first] * 45 + [second] * 19)
+    lengths = torch.cat([torch.arange(20, 65), torch.arange(1, 20)])
+    q = torch.randn(len(lengths), heads, dim, generator=gen)
+    if kv == "int8":
+        stored = (cache.kv[0, 0], cache.kv[0, 1])
+        scales = (cache.scales[0, 0], cache.scales[0, 1])
+    else:
+        stored, scales = (k.to(getattr(torch, kv)), v.to(getattr(torch, kv))), (None, None)
+    out = native.paged_attention(q, *stored, table, lengths, block_size, 64, native.AttentionScratch(), *scales)
+    for row, (blocks, length) in enumerate(zip(table, lengths.tolist())):
+        seen = (blocks[:, None] * block_size + torch.arange(block_size)).reshape(-1)[:length]
+        kb, vb = (t[:, seen].repeat_interleave(heads // kv_heads, 0) for t in (k, v))
+        expected = F.scaled_dot_product_attention(q[row][:, None], kb, vb)[:, 0]
+        torch.testing.assert_close(out[row], expected, atol=2e-5, rtol=1e-5, msg=f"row {row}")
+
+
 def _half_linear_reference(x, weight16, bias):
     return F.linear(x.double(), weight16.double(), None if bias is None else bias.double()).float()
 
@@ -354,16 +390,22 @@ def test_float_weights_without_f16c_match_the_same_product(tmp_path):
 
 
 @needs_native
-@pytest.mark.parametrize("quantize", ["int8", "fp16", "none"])
-def test_fused_llama_decode_matches_the_layer_by_layer_path(monkeypatch, quantize):
-    """Every decode step of three streams on int8 (float16, float32) weights runs both ways on the
-    same cache; the logits agree (the fused call writes the same k/v the layer path then rewrites)."""
+@pytest.mark.parametrize("quantize, streams", [("int8", 3), ("fp16", 3), ("none", 3), ("int8", 12), ("int8a8", 12)])
+def test_fused_llama_decode_matches_the_layer_by_layer_path(monkeypatch, quantize, streams):
+    """Every decode step of a few streams on int8 (float16, float32) weights runs both ways on the
+    same cache; the logits agree (the fused call writes the same k/v the layer path then rewrites).
+    Past the decode kernel's 8 rows, the fused step runs each linear on the integer GEMM, as the
+    layer path's big batches do where that GEMM serves."""
     from tenor import registry
     from tenor.engine.options import EngineOptions
     from tenor.models.decoder import DecoderLM
+    from tenor.models.kernels import int8_gemm_applies
     from tenor.models.llama import LlamaModel
 
+    if streams > native.INT8_MAX_ROWS and not int8_gemm_applies(8, quantize == "int8a8"):
+        pytest.skip(f"big batches of --quantize {quantize} take a library GEMM on this CPU, not tenor's integer GEMM")
     differences: list[float] = []
+    fused_rows: list[int] = []
     fused_forward = LlamaModel.forward
 
     def both(self, input_ids, positions, cache, batch, logits_rows):
@@ -372,13 +414,15 @@ def test_fused_llama_decode_matches_the_layer_by_layer_path(monkeypatch, quantiz
             assert self._fused_decode_weights() is not None
             layered = DecoderLM.forward(self, input_ids, positions, cache, batch, logits_rows)
             differences.append((fused - layered).abs().max().item())
+            fused_rows.append(len(input_ids))
         return fused
 
     monkeypatch.setattr(LlamaModel, "forward", both)
-    servable = registry.get("test.TinyLlamaRandom").with_overrides(quantize=quantize)
-    prompts = [tuple(range(5 + i, 40 + 3 * i)) for i in range(3)]
+    servable = registry.get("test.TinyLlamaRandom").with_overrides(quantize=quantize, max_batch_size=16)
+    prompts = [tuple(range(5 + i, 40 + 3 * i)) for i in range(streams)]
     _run_streams(servable, EngineOptions(warmup=False), prompts, max_tokens=24)
     assert len(differences) >= 20
+    assert max(fused_rows) == streams
     assert max(differences) < 1e-4, differences
 
 
