@@ -132,11 +132,14 @@ CACHE_DTYPES = (torch.float32, torch.bfloat16)  # what the kernels read and writ
 
 def prompt_rows_pay() -> bool:
     """Whether prompt rows should attend through tenor's kernel rather than torch's flash kernel:
-    with AVX-512 it ran 1.4-1.6x faster on 186-400 token prompts (Zen 5); built for AVX2 it was
-    0.8-1.0x (benchmarks/RESULTS.md), so elsewhere torch keeps that work."""
+    where it has its register-blocked prompt tiles (AVX2 with FMA, AVX-512). With AVX-512 the
+    per-row kernel before them ran 1.4-1.6x faster than torch on 186-400 token prompts (Zen 5), built
+    for AVX2 0.8-1.0x; with the tiles, AVX2 code took 0.5-0.7x torch's time in prompt steps
+    (benchmarks/RESULTS.md). Elsewhere (ARM) torch keeps that work."""
     from tenor.hardware import cpu_info
 
-    return "avx512f" in cpu_info().flags
+    flags = cpu_info().flags
+    return "avx512f" in flags or ("avx2" in flags and "fma" in flags)
 
 
 def kv_bits(cache: torch.Tensor) -> int:
