@@ -1,7 +1,7 @@
 """Where a serving engine step's time goes, in process (no HTTP): a closed loop of C streams over
 the benchmark's prompt set through the default model, then the mean time per step of each part
 (linears, the LM head, attention, norms, rotary + KV write, SiLU, or every layer at once where the
-decode step runs fused) for pure decode steps of at
+step runs fused) for pure decode steps of at
 least C - 2 rows and for steps that carry prompt chunks.
 
     python benchmarks/step_profile.py [--concurrency 32] [--prompts 64] [--max-tokens 128]
@@ -59,7 +59,7 @@ def _instrument() -> None:
     _timed(llama, "silu_mul", "silu_mul")
     _timed(llama, "paged_attention", "attention")
     _timed(llama.native, "rotary_kv_write", "rotary_kv_write")
-    _timed(llama.native, "llama_decode", "fused_layers")  # a decode step's layers in one call, where it fuses
+    _timed(llama.native, "llama_layers", "fused_layers")  # a step's layers in one call, where it fuses
     for name in ("forward", "forward_bf16"):  # the float32 and the bf16-out entry of every linear
         _timed_linear(name)
 

@@ -423,10 +423,11 @@ void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, v
     }
 }
 
-/* A whole Llama decode step, every layer in one call: Python's per-layer dispatch (a few dozen torch
- * ops and kernel calls a layer) costs as much as the layer's arithmetic at one stream; at 32 streams
- * on a Zen 4 the fused step took 0.77-0.85x the layer-by-layer one's time. Each layer is the same
- * chain of the kernels the layer-by-layer path calls, so the numbers are the same:
+/* A whole Llama step's layers in one call (a decode step, or one with prompt chunks): Python's
+ * per-layer dispatch (a few dozen torch ops and kernel calls a layer) costs as much as the layer's
+ * arithmetic at one stream; at 32 streams on a Zen 4 the fused decode step took 0.77-0.85x the
+ * layer-by-layer one's time. Each layer is the same chain of the kernels the layer-by-layer path
+ * calls, so the numbers are the same:
  *   h = rms_norm(x); qkv = h W_qkv; rotate q, k and write k, v to the cache; attention;
  *   x += attn W_o; h = rms_norm(x); x += silu_mul(h W_gate_up) W_down.
  *   x       [R, D] in place: the embeddings in, the last layer's output out
@@ -434,14 +435,15 @@ void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, v
  *           o, gate_up, down in tenor_block_linear_f32's layouts (for R <= 8), then the same four
  *           in tenor_int8_gemm_f32's (for more rows; zeros where a layer has none); pointers as
  *           integers
- *   kv      [L, 2, K, slots, E] the cache, float32 (kv_bits 32) or bf16 (16); cos, sin [R, E]; slots [R]; table [R, N];
- *           lengths [R] (each sequence's context including this step's token)
- *   scores  tenor_paged_attention's scratch for tile 1 */
-void tenor_llama_decode_f32(float *x, const int64_t *weights, void *kv, int64_t kv_bits, const float *cos,
+ *   kv      [L, 2, K, slots, E] the cache, float32 (kv_bits 32) or bf16 (16); cos, sin [R, E]; slots [R]
+ *   table, lengths, tile: each row's blocks [R, N] and context length [R] (including its own
+ *           token), and the prompt tile, as tenor_paged_attention takes them
+ *   scores  tenor_paged_attention's scratch for that tile */
+void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t kv_bits, const float *cos,
                             const float *sin, const int64_t *slots, const int64_t *table, const int64_t *lengths,
                             float *scores, int64_t R, int64_t L, int64_t D, int64_t H, int64_t K, int64_t E,
-                            int64_t F, int64_t N, int64_t block_size, int64_t num_slots, int64_t max_len, float eps,
-                            int64_t threads) {
+                            int64_t F, int64_t N, int64_t block_size, int64_t num_slots, int64_t max_len, int64_t tile,
+                            float eps, int64_t threads) {
     const int64_t width = (H + 2 * K) * E, layer_kv = 2 * K * num_slots * E * (kv_bits / 8); /* bytes */
     const int gemm = R > 8; /* past tenor_block_linear_f32's rows (native.INT8_MAX_ROWS), as DecodeKernel */
     int64_t widest = F > D ? F : D; /* the widest input a linear quantizes for the GEMM, int16 at most */
@@ -468,7 +470,7 @@ void tenor_llama_decode_f32(float *x, const int64_t *weights, void *kv, int64_t 
         for (int64_t r = 0; r < R; r++)
             for (int64_t i = 0; i < H * E; i++) q[r * H * E + i] = qkv[r * width + i];
         tenor_paged_attention(q, kc, vc, NULL, NULL, kv_bits, table, lengths, attn, scores, R, H, K, E, N,
-                              block_size, num_slots, max_len, 1.0f / sqrtf((float)E), 1, threads);
+                              block_size, num_slots, max_len, 1.0f / sqrtf((float)E), tile, threads);
         LINEAR(1, attn, H * E, delta, D);
         for (int64_t i = 0; i < R * D; i++) x[i] += delta[i];
         tenor_rms_norm_f32(x, W_F32(1), h, R, D, eps, threads);

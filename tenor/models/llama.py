@@ -96,7 +96,7 @@ class LlamaModel(DecoderLM):
         self.rotary = Rotary(
             config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling, interleaved=False
         )
-        self._fused_weights: torch.Tensor | None = None  # built on first fused decode step
+        self._fused_weights: torch.Tensor | None = None  # built on the first fused step
         self._fused_gemm = False  # whether every layer has its integer GEMM's weights in _fused_weights
 
     def forward(
@@ -107,48 +107,58 @@ class LlamaModel(DecoderLM):
         batch: AttentionBatch,
         logits_rows: torch.Tensor,
     ) -> torch.Tensor:
-        layer_weights = self._fused_decode_weights() if self._can_fuse(cache, batch, len(input_ids)) else None
+        layer_weights = self._fused_layer_weights() if self._can_fuse(cache, batch, len(input_ids)) else None
         if layer_weights is None:
             return super().forward(input_ids, positions, cache, batch, logits_rows)
         c = self.config
-        assert batch.decode_blocks is not None and batch.decode_lengths is not None  # _can_fuse checked
+        if batch.prefills:  # every row over its own prefix, prompt rows in tiles
+            assert batch.row_blocks is not None and batch.row_lengths is not None  # _can_fuse checked
+            table, lengths, span, tile = batch.row_blocks, batch.row_lengths, batch.row_span, native.ATTENTION_TILE
+        else:
+            assert batch.decode_blocks is not None and batch.decode_lengths is not None  # _can_fuse checked
+            table, lengths, span, tile = batch.decode_blocks, batch.decode_lengths, batch.decode_span, 1
         x = F.embedding(input_ids, self.embed)  # a fresh tensor: the layers run in place on it
         cos, sin = self.rotary.tables(positions)
-        native.llama_decode(
+        native.llama_layers(
             x,
             layer_weights,
             cache.kv,
             cos,
             sin,
             batch.slot_mapping,
-            batch.decode_blocks,
-            batch.decode_lengths,
+            table,
+            lengths,
             cache.native_scratch,
             c.num_heads,
             c.intermediate_size,
             cache.block_size,
-            batch.decode_span,
+            span,
+            tile,
             c.norm_eps,
         )
         return self.lm_head(self.final_norm(x.index_select(0, logits_rows))).float()
 
     def _can_fuse(self, cache: PagedKVCache, batch: AttentionBatch, num_tokens: int) -> bool:
-        """A decode-only step of float32 sequences on the native kernels (one process): a few on
-        the decode kernel, or more where every layer's big batches take the integer GEMM."""
+        """A step of float32 rows on the native kernels (one process) whose layers can run in one
+        call: decode rows, and prompt rows where they attend through tenor's kernel; a few on the
+        decode kernel, or more where every layer's big batches take the integer GEMM."""
+        rows_ready = (
+            batch.row_blocks is not None and batch.row_lengths is not None
+            if batch.prefills
+            else batch.decode_blocks is not None and batch.decode_lengths is not None
+        )
         return (
             batch.native
-            and not batch.prefills
-            and batch.num_decode == num_tokens
-            and batch.decode_lengths is not None
-            and batch.decode_blocks is not None
+            and rows_ready
             and not cache.quantized
             and cache.dtype == torch.float32
             and cache.kv.dtype in native.CACHE_DTYPES
-            and (num_tokens <= native.INT8_MAX_ROWS or (self._fused_decode_weights() is not None and self._fused_gemm))
+            and self.rotary.rot_dim == self.config.head_dim
+            and (num_tokens <= native.INT8_MAX_ROWS or (self._fused_layer_weights() is not None and self._fused_gemm))
         )
 
-    def _fused_decode_weights(self) -> torch.Tensor | None:
-        """[L, 34] int64 pointers into every layer's weights (and their bits) for native.llama_decode, or None when a
+    def _fused_layer_weights(self) -> torch.Tensor | None:
+        """[L, 34] int64 pointers into every layer's weights (and their bits) for native.llama_layers, or None when a
         layer cannot take that path (weights not on tenor's decode kernels, or sharded over a group)."""
         if self._fused_weights is None:
             rows = [self._layer_pointers(block) for block in self.layers]

@@ -95,7 +95,7 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_paged_attention.argtypes = [_PTR] * 5 + [_I64] + [_PTR] * 4 + [_I64] * 8 + [_F32, _I64, _I64]
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 6
-    lib.tenor_llama_decode_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 6 + [_I64] * 11 + [_F32, _I64]
+    lib.tenor_llama_layers_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 6 + [_I64] * 12 + [_F32, _I64]
     lib.tenor_int8_gemm_f32.argtypes = [_PTR] * 2 + [_I64] + [_PTR] * 5 + [_I64] * 4
     lib.tenor_int8_gemm_simd.argtypes, lib.tenor_int8_gemm_simd.restype = [], _I64
     for fn in (
@@ -106,7 +106,7 @@ def library() -> ctypes.CDLL | None:
         lib.tenor_paged_attention,
         lib.tenor_block_linear_f32,
         lib.tenor_rotary_kv_write_f32,
-        lib.tenor_llama_decode_f32,
+        lib.tenor_llama_layers_f32,
         lib.tenor_int8_gemm_f32,
     ):
         fn.restype = None
@@ -419,7 +419,7 @@ def int8_gemm(x: torch.Tensor, weights: Int8GemmWeights, bias: torch.Tensor | No
     return out
 
 
-def llama_decode(
+def llama_layers(
     x: torch.Tensor,
     layer_weights: torch.Tensor,
     kv: torch.Tensor,
@@ -433,17 +433,19 @@ def llama_decode(
     intermediate_size: int,
     block_size: int,
     max_len: int,
+    tile: int,
     eps: float,
 ) -> None:
-    """Every Llama layer of a decode step in one call, x [R, D] float32 in place: up to INT8_MAX_ROWS
-    rows on the decode kernel, more on the integer GEMM. layer_weights [L, 34] int64: each layer's
-    weight pointers and bits (see tenor_llama_decode_f32); kv the whole cache [L, 2, K, slots, E],
-    float32 or bf16."""
+    """Every Llama layer of a step in one call, x [R, D] float32 in place: up to INT8_MAX_ROWS rows
+    on the decode kernel, more on the integer GEMM. layer_weights [L, 34] int64: each layer's weight
+    pointers and bits (see tenor_llama_layers_f32); kv the whole cache [L, 2, K, slots, E], float32
+    or bf16; table, lengths, tile: each row's blocks and context length, and the prompt tile, as
+    paged_attention takes them (tile 1 for a decode step)."""
     rows, dim = x.shape
     num_layers, _, kv_heads, num_slots, head_dim = kv.shape
     threads = torch.get_num_threads()
-    scores = scratch.get(attention_scratch_floats(threads, 1, num_heads // kv_heads, max_len))
-    _built().tenor_llama_decode_f32(
+    scores = scratch.get(attention_scratch_floats(threads, tile, num_heads // kv_heads, max_len))
+    _built().tenor_llama_layers_f32(
         _ptr(x),
         _ptr(layer_weights),
         _ptr(kv),
@@ -465,6 +467,7 @@ def llama_decode(
         block_size,
         num_slots,
         max_len,
+        tile,
         eps,
         threads,
     )
