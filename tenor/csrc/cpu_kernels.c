@@ -385,11 +385,13 @@ static void store_bf16(const float *x, uint16_t *out, int64_t n) {
 /* Llama's rotary ("rotate half", over whole heads) applied in place to the q and k heads of
  * qkv [T, (H + 2K) * E], then k and v written to the cache at slots [T].
  *   cos, sin [T, E]  the step's tables, the rotation's sign folded into sin
- *   kc, vc  [K, slots, E]  one layer's cache: float32 (kv_bits 32) or bf16 (16) */
+ *   kc, vc  [K, slots, E]  one layer's cache: float32 (kv_bits 32) or bf16 (16)
+ * Rows are shared among the threads from a prompt's worth on (each row its own slot). */
 void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, void *kc, void *vc,
                                const int64_t *slots, int64_t T, int64_t H, int64_t K, int64_t E,
-                               int64_t num_slots, int64_t kv_bits) {
+                               int64_t num_slots, int64_t kv_bits, int64_t threads) {
     const int64_t half = E / 2, width = (H + 2 * K) * E;
+#pragma omp parallel for schedule(static) num_threads(threads) if (T >= 64)
     for (int64_t t = 0; t < T; t++) {
         float *row = qkv + t * width;
         const float *c = cos + t * E, *s = sin + t * E;
@@ -466,7 +468,7 @@ void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t 
         char *kc = (char *)kv + l * layer_kv, *vc = kc + layer_kv / 2;
         tenor_rms_norm_f32(x, W_F32(0), h, R, D, eps, threads);
         LINEAR(0, h, D, qkv, width);
-        tenor_rotary_kv_write_f32(qkv, cos, sin, kc, vc, slots, R, H, K, E, num_slots, kv_bits);
+        tenor_rotary_kv_write_f32(qkv, cos, sin, kc, vc, slots, R, H, K, E, num_slots, kv_bits, threads);
         for (int64_t r = 0; r < R; r++)
             for (int64_t i = 0; i < H * E; i++) q[r * H * E + i] = qkv[r * width + i];
         tenor_paged_attention(q, kc, vc, NULL, NULL, kv_bits, table, lengths, attn, scores, R, H, K, E, N,

@@ -94,7 +94,7 @@ def library() -> ctypes.CDLL | None:
     lib.tenor_argmax_logsumexp.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _I64]
     lib.tenor_paged_attention.argtypes = [_PTR] * 5 + [_I64] + [_PTR] * 4 + [_I64] * 8 + [_F32, _I64, _I64]
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
-    lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 6
+    lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 7
     lib.tenor_llama_layers_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 6 + [_I64] * 12 + [_F32, _I64]
     lib.tenor_int8_gemm_f32.argtypes = [_PTR] * 2 + [_I64] + [_PTR] * 5 + [_I64] * 4
     lib.tenor_int8_gemm_simd.argtypes, lib.tenor_int8_gemm_simd.restype = [], _I64
@@ -202,6 +202,7 @@ def rotary_kv_write(
         dim,
         k_cache.shape[1],
         kv_bits(k_cache),
+        torch.get_num_threads(),
     )
 
 
