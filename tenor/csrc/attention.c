@@ -1,13 +1,16 @@
 /* Attention straight from tenor's paged KV cache, called through ctypes (tenor/models/native.py)
- * and by the fused Llama decode step in cpu_kernels.c: every row (a decoding sequence's token,
- * or one prompt token seeing its sequence up to itself) reads its blocks in place, float32, bf16
- * or int8, at the memory's speed where the rows are wide. */
+ * and by the fused Llama step in cpu_kernels.c: every row (a decoding sequence's token, or one
+ * prompt token seeing its sequence up to itself) reads its blocks in place, float32, bf16 or int8
+ * (paged_cache.h), at the memory's speed where the rows are wide; a prompt's rows go in tiles
+ * (prompt_tiles.h). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
+#include "paged_cache.h"
+#include "prompt_tiles.h"
 
 /* a . b over n floats: vector-wide running sums added up once at the end. A plain `omp simd`
  * reduction compiled to 16 scalar adds in a row, each waiting on the last, which bound decode
@@ -28,12 +31,6 @@ static inline __attribute__((always_inline)) float dot_f32(const float *a, const
 #endif
     for (; c < n; c++) sum += a[c] * b[c];
     return sum;
-}
-
-/* An int8 cache row as floats, once for all the query heads that read it. */
-static inline __attribute__((always_inline)) void widen_i8(const int8_t *row, float *out, int64_t n) {
-#pragma omp simd
-    for (int64_t e = 0; e < n; e++) out[e] = (float)row[e];
 }
 
 /* A weighted sum of rows, sum += p * row, for rows of up to ROW_SUM_MAX floats, held in vector
@@ -113,82 +110,6 @@ __attribute__((noinline, optimize("no-trapping-math"))) static void softmax_in_p
     const float inv = 1.0f / total;
 #pragma omp simd
     for (int64_t t = 0; t < len; t++) s[t] *= inv;
-}
-
-/* Where the rows of the block `hop` blocks ahead lie, fetched row by row while this block's rows
- * are worked on: each block is a page of its own, and the hardware prefetchers stop at page
- * boundaries, so without this every block starts with a stall on memory. Narrow rows (bf16, int8)
- * reach two blocks ahead, int8 ones with their block's line of scales. */
-typedef struct {
-    const char *rows; /* NULL: no block that far ahead */
-    const float *scales;
-} block_ahead;
-
-static inline __attribute__((always_inline)) block_ahead ahead_of(const void *cache, const float *scales, int bits,
-                                                                  const int64_t *blocks, int64_t nb, int64_t start,
-                                                                  int64_t len, int64_t head_base, int64_t block_size,
-                                                                  int64_t E) {
-    const int64_t hop = bits == 32 ? 1 : 2, row_bytes = E * (bits / 8);
-    block_ahead a = {NULL, NULL};
-    if (start + hop * block_size < len) {
-        const int64_t at = head_base + blocks[nb + hop] * block_size;
-        a.rows = (const char *)cache + at * row_bytes;
-        a.scales = bits == 8 ? scales + at : NULL;
-    }
-    return a;
-}
-
-/* Where the block ahead goes: on AMD CPUs into L2 (prefetcht1), where fetches into L1 each held
- * one of its few miss buffers until the line came and the loads of the block at work queued behind
- * them. On a Zen 4, 32 streams' decode attention read K/V at 13.5 GB/s fetching into L1 and 17.7
- * GB/s into L2 (0.72-0.80x the time: float32, bf16 and as AVX2 code; int8 0.95x). On an Intel Xeon
- * with AMX, into L2 was the same or slower (benchmarks/RESULTS.md), so Intel keeps L1. */
-static int fetch_into_l2;
-
-#if defined(__x86_64__) || defined(__i386__)
-__attribute__((constructor)) static void choose_fetch_level(void) {
-    __builtin_cpu_init();
-    fetch_into_l2 = __builtin_cpu_is("amd");
-}
-#endif
-
-/* Row i of the block ahead; `row_bytes` is a constant where E and bits are. */
-static inline __attribute__((always_inline)) void fetch_row(const block_ahead *a, int64_t i, const int64_t row_bytes) {
-    if (!a->rows) return;
-    for (int64_t off = 0; off < row_bytes; off += 64) {
-        if (fetch_into_l2)
-            __builtin_prefetch(a->rows + i * row_bytes + off, 0, 2);
-        else
-            __builtin_prefetch(a->rows + i * row_bytes + off);
-    }
-    if (a->scales && i == 0) __builtin_prefetch(a->scales);
-}
-
-/* Up to CHUNK consecutive rows of one block (from row `first`) as CHUNK rows of floats: whole
- * float32 chunks are used in place; bf16 and int8 rows are widened into `buf` (int8 without their
- * scales, which the caller applies), once for all the query heads that read them, each as the same
- * row of the block ahead is asked for. A partial chunk is padded with rows of zeros, so that the
- * vector code always works on CHUNK rows. `bits` is a constant in every copy of attend_one, so the
- * branches fold away. */
-#define CHUNK 16
-static inline __attribute__((always_inline)) const float *cache_rows(const void *cache, int64_t slot, int64_t first,
-                                                                      int64_t m, int64_t E, int bits,
-                                                                      const block_ahead *ahead, float *buf) {
-    if (bits == 32 && m == CHUNK) return (const float *)cache + slot * E; /* the callers fetch ahead as they read */
-    for (int64_t i = 0; i < m; i++) {
-        fetch_row(ahead, first + i, E * (bits / 8));
-        if (bits == 32) {
-            for (int64_t e = 0; e < E; e++) buf[i * E + e] = ((const float *)cache)[(slot + i) * E + e];
-        } else if (bits == 16) {
-            const uint16_t *r = (const uint16_t *)cache + (slot + i) * E;
-#pragma omp simd
-            for (int64_t e = 0; e < E; e++) buf[i * E + e] = bf16_to_float(r[e]);
-        } else {
-            widen_i8((const int8_t *)cache + (slot + i) * E, buf + i * E, E);
-        }
-    }
-    for (int64_t e = m * E; e < CHUNK * E; e++) buf[e] = 0.0f;
-    return buf;
 }
 
 #if defined(__AVX512F__)
@@ -352,197 +273,6 @@ static inline __attribute__((always_inline)) void attend_tile(
         }
     }
 }
-
-/* Prompt tiles (T > 1 rows of one prompt, one token further each) as two small GEMMs per chunk of
- * the cache, each in registers blocked both ways: scores for SCORE_ROWS cache rows against up to
- * LANE_GROUP query vectors (a tile's rows x the kv head's query heads, transposed so that they
- * lie across a vector's lanes), and the weighted V sums of SUM_LANES query vectors at once.
- * attend_tile took one dot a (row, query vector), its 64-wide sum folded across lanes: a zmm
- * load each FMA and the folding bound it to a third of the FMAs' rate. Scores are kept [row][lane],
- * so the softmax runs down the rows, lane-wise, with no folding either. */
-#if defined(__AVX512F__)
-typedef __m512 vecf;
-#define VL 16 /* lanes */
-#define VLOAD _mm512_loadu_ps
-#define VSTORE _mm512_storeu_ps
-#define VSET1 _mm512_set1_ps
-#define VFMA _mm512_fmadd_ps
-#define VMUL _mm512_mul_ps
-#define SCORE_ROWS 8 /* 8 rows x 3 vectors of accumulators: 24 of the 32 zmm registers */
-#define SUM_LANES 4  /* 4 lanes x 4 vectors of accumulators */
-#define PROMPT_TILES 1
-#elif defined(__AVX2__) && defined(__FMA__)
-typedef __m256 vecf;
-#define VL 8
-#define VLOAD _mm256_loadu_ps
-#define VSTORE _mm256_storeu_ps
-#define VSET1 _mm256_set1_ps
-#define VFMA _mm256_fmadd_ps
-#define VMUL _mm256_mul_ps
-#define SCORE_ROWS 2 /* 2 rows x 6 vectors of the sixteen ymm registers */
-#define SUM_LANES 2  /* 2 lanes x 4 vectors */
-#define PROMPT_TILES 1
-#else
-#define PROMPT_TILES 0
-#endif
-#define LANE_GROUP 48 /* query vectors a pass over the context serves: 16 rows x 3 heads */
-
-#if PROMPT_TILES
-#define MAX_VECS (LANE_GROUP / VL)
-/* s[i][lanes] = rows_i . qt[:, lanes] (times row_scales[i] where given) for the m live rows of a
- * padded chunk; qt [E][NV * VL]. */
-static inline __attribute__((always_inline)) void tile_scores(const float *qt, const float *rows, int64_t m,
-                                                             const int64_t E, const int NV, const float *row_scales,
-                                                             float *s) {
-    const int64_t L = VL * NV;
-    for (int64_t i0 = 0; i0 < m; i0 += SCORE_ROWS) {
-        vecf acc[SCORE_ROWS][MAX_VECS];
-        for (int r = 0; r < SCORE_ROWS; r++)
-            for (int n = 0; n < NV; n++) acc[r][n] = VSET1(0.0f);
-        for (int64_t e = 0; e < E; e++) {
-            vecf qv[MAX_VECS];
-            for (int n = 0; n < NV; n++) qv[n] = VLOAD(qt + e * L + VL * n);
-            for (int r = 0; r < SCORE_ROWS; r++) {
-                const vecf x = VSET1(rows[(i0 + r) * E + e]);
-                for (int n = 0; n < NV; n++) acc[r][n] = VFMA(x, qv[n], acc[r][n]);
-            }
-        }
-        for (int r = 0; r < SCORE_ROWS && i0 + r < m; r++) {
-            const vecf row_scale = VSET1(row_scales ? row_scales[i0 + r] : 1.0f);
-            for (int n = 0; n < NV; n++) VSTORE(s + (i0 + r) * L + VL * n, VMUL(acc[r][n], row_scale));
-        }
-    }
-}
-
-/* o[lane][e] += sum_i p[i][lane] * rows_i[e] over the m rows of a chunk, for L lanes (a multiple of
- * VL, so of SUM_LANES); E a multiple of 4 * VL. */
-static inline __attribute__((always_inline)) void tile_sums(const float *p, const float *rows, int64_t m,
-                                                           const int64_t E, const int64_t L, float *o) {
-    const int EV = 4;
-    for (int64_t l0 = 0; l0 < L; l0 += SUM_LANES)
-        for (int64_t e0 = 0; e0 < E; e0 += VL * EV) {
-            vecf acc[SUM_LANES][4];
-            for (int l = 0; l < SUM_LANES; l++)
-                for (int j = 0; j < EV; j++) acc[l][j] = VLOAD(o + (l0 + l) * E + e0 + VL * j);
-            for (int64_t i = 0; i < m; i++) {
-                vecf row[4];
-                for (int j = 0; j < EV; j++) {
-                    row[j] = VLOAD(rows + i * E + e0 + VL * j);
-                    __asm__("" : "+v"(row[j])); /* loaded once: gcc re-read it as each lane's FMA operand */
-                }
-                for (int l = 0; l < SUM_LANES; l++) {
-                    const vecf w = VSET1(p[i * L + l0 + l]);
-                    for (int j = 0; j < EV; j++) acc[l][j] = VFMA(w, row[j], acc[l][j]);
-                }
-            }
-            for (int l = 0; l < SUM_LANES; l++)
-                for (int j = 0; j < EV; j++) VSTORE(o + (l0 + l) * E + e0 + VL * j, acc[l][j]);
-        }
-}
-
-/* Softmax down each of the L lanes of s [len][L], over the rows the lane's row sees (the tail of
- * the context is hidden from a tile's earlier rows: weight 0); each lane's total goes to `total`, to
- * normalise its sums once at the end. Out of line with trapping math off, as softmax_in_place. */
-__attribute__((noinline, optimize("no-trapping-math"))) static void softmax_down_lanes(float *s, int64_t len, int64_t L,
-                                                                                       const int64_t *seen,
-                                                                                       float *total) {
-    float top[LANE_GROUP];
-    for (int64_t l = 0; l < L; l++) top[l] = -INFINITY, total[l] = 0.0f;
-    for (int64_t i = 0; i < len; i++)
-#pragma omp simd
-        for (int64_t l = 0; l < L; l++) top[l] = i < seen[l] && s[i * L + l] > top[l] ? s[i * L + l] : top[l];
-    for (int64_t i = 0; i < len; i++)
-#pragma omp simd
-        for (int64_t l = 0; l < L; l++) {
-            const float w = i < seen[l] ? fast_expf(s[i * L + l] - top[l]) : 0.0f;
-            s[i * L + l] = w;
-            total[l] += w;
-        }
-}
-
-/* attend_tile for a prompt tile's query vectors [lane0, lane0 + lanes), lanes <= VL * NV, with NV
- * a constant at each call. `s` holds [len][VL * NV] scores. */
-static inline __attribute__((always_inline)) void attend_lanes(
-    const float *q, const void *k, const void *v, const float *ks, const float *vs, const int bits,
-    const int64_t *blocks, int64_t len0, int64_t row_stride, float *out, float *s, int64_t G, const int64_t E,
-    int64_t block_size, int64_t head_base, float scale, int64_t lane0, int64_t lanes, const int NV) {
-    const int64_t L = VL * NV, len = len0 + (lane0 + lanes - 1) / G; /* the last lane's row's length */
-    float qt[E * LANE_GROUP], o[LANE_GROUP * E], buf[CHUNK * E]; /* the tile's queries, its sums, a chunk */
-    int64_t seen[LANE_GROUP]; /* each lane's row's length */
-    for (int64_t l = 0, t = lane0 / G, g = lane0 % G; l < L; l++) {
-        seen[l] = l < lanes ? len0 + t : 0;
-        const float *qg = q + t * row_stride + g * E;
-        for (int64_t e = 0; e < E; e++) qt[e * L + l] = l < lanes ? qg[e] * scale : 0.0f;
-        if (++g == G) g = 0, t++;
-    }
-    for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
-        const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
-        for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {
-            const int64_t m = n - c0 < CHUNK ? n - c0 : CHUNK;
-            const block_ahead ahead = ahead_of(k, ks, bits, blocks, nb, start, len, head_base, block_size, E);
-            const float *rows = cache_rows(k, base + c0, c0, m, E, bits, &ahead, buf);
-            tile_scores(qt, rows, m, E, NV, bits == 8 ? ks + base + c0 : NULL, s + (start + c0) * L);
-        }
-    }
-    float total[LANE_GROUP];
-    softmax_down_lanes(s, len, L, seen, total);
-    for (int64_t i = 0; i < L * E; i++) o[i] = 0.0f;
-    for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
-        const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
-        for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {
-            const int64_t m = n - c0 < CHUNK ? n - c0 : CHUNK;
-            const block_ahead ahead = ahead_of(v, vs, bits, blocks, nb, start, len, head_base, block_size, E);
-            const float *rows = cache_rows(v, base + c0, c0, m, E, bits, &ahead, buf);
-            float *p = s + (start + c0) * L;
-            if (bits == 8)
-                for (int64_t i = 0; i < m; i++)
-#pragma omp simd
-                    for (int64_t l = 0; l < L; l++) p[i * L + l] *= vs[base + c0 + i];
-            tile_sums(p, rows, m, E, L, o);
-        }
-    }
-    for (int64_t l = 0, t = lane0 / G, g = lane0 % G; l < lanes; l++) {
-        const float inv = 1.0f / total[l];
-        float *og = out + t * row_stride + g * E;
-        for (int64_t e = 0; e < E; e++) og[e] = o[l * E + e] * inv;
-        if (++g == G) g = 0, t++;
-    }
-}
-
-/* A prompt tile of T rows: its T * G query vectors in groups of up to LANE_GROUP, each group one
- * pass over the context. */
-static inline __attribute__((always_inline)) void attend_prompt_tile(
-    const float *q, const void *k, const void *v, const float *ks, const float *vs, const int bits,
-    const int64_t *blocks, int64_t T, int64_t len0, int64_t row_stride, float *out, float *s, int64_t G,
-    const int64_t E, int64_t block_size, int64_t head_base, float scale) {
-    for (int64_t lane0 = 0; lane0 < T * G; lane0 += LANE_GROUP) {
-        const int64_t lanes = T * G - lane0 < LANE_GROUP ? T * G - lane0 : LANE_GROUP;
-#define ATTEND_LANES(NV)                                                                                        \
-    if (lanes > VL * ((NV) - 1)) {                                                                              \
-        attend_lanes(q, k, v, ks, vs, bits, blocks, len0, row_stride, out, s, G, E, block_size, head_base, scale, \
-                     lane0, lanes, NV);                                                                         \
-        continue;                                                                                               \
-    }
-#if VL == 8
-        ATTEND_LANES(6)
-        ATTEND_LANES(5)
-        ATTEND_LANES(4)
-#endif
-        ATTEND_LANES(3)
-        ATTEND_LANES(2)
-        ATTEND_LANES(1)
-#undef ATTEND_LANES
-    }
-}
-#endif
-
-/* Whether a tile of T rows takes attend_prompt_tile, and the head dim E its vector blocks fit. */
-#if PROMPT_TILES
-#define PROMPT_TILE(T, E) ((T) > 1 && (E) % (4 * VL) == 0 && (E) <= 256)
-#else
-#define PROMPT_TILE(T, E) 0
-#define attend_prompt_tile(...) ((void)0)
-#endif
 
 /* The attention for this head dim and row width: prompt tiles where they apply, else attend_tile;
  * each unrolled for head dims 64 and 128. */
