@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import statistics
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +30,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 import torch  # noqa: E402
 
-from benchmarks.kernel_ab import REPO, _base_csrc, _build  # noqa: E402
+from benchmarks.kernel_ab import REPO, _base_csrc, _build, medians_in_turn  # noqa: E402
 from tenor.models import native  # noqa: E402
 
 HEADS, KV_HEADS, DIM, BLOCK, LAYERS = 9, 3, 64, 16, 30
@@ -121,15 +119,16 @@ def compare(base: ctypes.CDLL, new: ctypes.CDLL, name: str, w: Workload, repeats
     tile = max(base_tile, w.tile)
     scratch = torch.empty(native.attention_scratch_floats(torch.get_num_threads(), tile, HEADS // KV_HEADS, 512))
     got = {side: torch.empty_like(w.q) for side in ("base", "new")}
-    times: dict[str, list[float]] = {"base": [], "new": []}
-    for i in range(repeats + 2):
-        for side, lib, tile in (("base", base, base_tile), ("new", new, w.tile)):
-            start = time.perf_counter()
-            _step(lib, w, tile, got[side], scratch)
-            if i >= 2:  # the first two warm up
-                times[side].append(time.perf_counter() - start)
+    medians = medians_in_turn(
+        {
+            "base": lambda _: _step(base, w, base_tile, got["base"], scratch),
+            "new": lambda _: _step(new, w, w.tile, got["new"], scratch),
+        },
+        repeats,
+        warmup=2,
+    )
     diff = (got["base"] - got["new"]).abs().max().item()
-    b, n = statistics.median(times["base"]), statistics.median(times["new"])
+    b, n = medians["base"], medians["new"]
     return (
         f"{name}: base {b * 1e3:.2f} ms ({w.work / b / 1e9:.1f} {w.unit}), new {n * 1e3:.2f} ms "
         f"({w.work / n / 1e9:.1f}), new/base {n / b:.2f}, largest difference {diff:.1e}"

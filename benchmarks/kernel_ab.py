@@ -24,6 +24,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -104,6 +105,19 @@ def _call(lib: ctypes.CDLL, x: torch.Tensor, weights: Weights, bits: int, out: t
     )
 
 
+def medians_in_turn(calls: dict[str, Callable[[int], None]], repeats: int, warmup: int = 0) -> dict[str, float]:
+    """Each side's median seconds over `repeats` rounds (after `warmup` unmeasured ones), every round
+    calling the sides in turn with its index, so that the machine's drift touches all alike."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for i in range(warmup + repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call(i)
+            if i >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def compare(
     base: ctypes.CDLL, new: ctypes.CDLL, bits: int, rows: int, shape: tuple[int, int], repeats: int, gemm: bool
 ) -> str:
@@ -117,13 +131,14 @@ def compare(
         got[name] = torch.empty(rows, out_features)
         _call(lib, x, copies[0], bits, got[name])
     diff = ((got["base"] - got["new"]).abs().max() / got["base"].abs().max()).item()
-    times: dict[str, list[float]] = {"base": [], "new": []}
-    for i in range(repeats):
-        for name, lib in (("base", base), ("new", new)):
-            start = time.perf_counter()
-            _call(lib, x, copies[i % len(copies)], bits, got[name])
-            times[name].append(time.perf_counter() - start)
-    b, n = statistics.median(times["base"]), statistics.median(times["new"])
+    medians = medians_in_turn(
+        {
+            "base": lambda i: _call(base, x, copies[i % len(copies)], bits, got["base"]),
+            "new": lambda i: _call(new, x, copies[i % len(copies)], bits, got["new"]),
+        },
+        repeats,
+    )
+    b, n = medians["base"], medians["new"]
     return (
         f"bits {bits} {out_features}x{in_features} rows {rows}: base {b * 1e6:.0f} us, new {n * 1e6:.0f} us, "
         f"new/base {n / b:.2f}, largest difference {diff:.1e}"
