@@ -23,6 +23,10 @@ static inline float lane_sum(__m256 v) {
  * them: a decode step's few rows stay on the calling thread. */
 #define PARALLEL_MIN_FLOATS (1 << 16)
 
+/* The rows the decode kernels (float_linear, tenor_block_linear_f32) take at most: each keeps one
+ * accumulator a row. tenor/models/native.py's INT8_MAX_ROWS is this number. */
+#define DECODE_MAX_ROWS 8
+
 /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for `rows` rows of `dim`. */
 void tenor_rms_norm_f32(const float *x, const float *w, float *out, int64_t rows, int64_t dim, float eps,
                         int64_t threads) {
@@ -125,13 +129,13 @@ static inline __m256 load8(const void *w, int64_t bits, int64_t i) {
  * (bits 16) or float32 (bits 32): the float weights' decode path, bound by the bytes of the
  * weights, where FBGEMM's packed fp16 GEMM pays a per-call cost made for big batches and
  * F.linear at a few rows ran at under half the memory's speed on an AVX2 EPYC. Float32 products
- * and sums. R at most 8, IN a multiple of 8. */
+ * and sums. R at most DECODE_MAX_ROWS, IN a multiple of 8. */
 static void float_linear(const float *x, const void *w, int64_t bits, const float *bias, float *out, int64_t R,
                          int64_t IN, int64_t OUT, int64_t threads) {
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t o = 0; o < OUT; o++) {
         const void *wo = bits == 16 ? (const void *)((const uint16_t *)w + o * IN) : (const void *)((const float *)w + o * IN);
-        float acc[8] = {0};
+        float acc[DECODE_MAX_ROWS] = {0};
 #if defined(__AVX2__) && defined(__F16C__)
         if (R == 1) { /* one stream: four chains, so the adds' latency does not bound the loop */
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -145,7 +149,7 @@ static void float_linear(const float *x, const void *w, int64_t bits, const floa
             for (; i < IN; i += 8) a0 = _mm256_fmadd_ps(load8(wo, bits, i), _mm256_loadu_ps(x + i), a0);
             acc[0] = lane_sum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
         } else {
-            __m256 vacc[8];
+            __m256 vacc[DECODE_MAX_ROWS];
             for (int64_t r = 0; r < R; r++) vacc[r] = _mm256_setzero_ps();
             for (int64_t i = 0; i < IN; i += 8) {
                 const __m256 wv = load8(wo, bits, i);
@@ -172,7 +176,7 @@ static void float_linear(const float *x, const void *w, int64_t bits, const floa
  * (absmax / 32767 steps: an error near float32's, where int8 activations as llama.cpp's cost this
  * small model whole greedy tokens), so a block's product is an integer dot: 16 multiply-adds an
  * instruction with AVX2, where converting every weight to float costs several. The offsets' share
- * uses the exact float sum of x over the block. IN must be a multiple of 32, R at most 8.
+ * uses the exact float sum of x over the block. IN must be a multiple of 32, R at most DECODE_MAX_ROWS.
  *   bits 16, 32: float16 or float32 weights [OUT, IN] (no scales or offsets), through float_linear. */
 
 /* For one output (block scales so, offsets fo): steps[r * nb + blk], the float factor of the
@@ -322,7 +326,7 @@ static void block_dots(const uint8_t *wo, int64_t bits, const int16_t *xq, const
     case 5: BLOCK_DOTS(wo, bits, xq, steps, 5, IN, acc); break;
     case 6: BLOCK_DOTS(wo, bits, xq, steps, 6, IN, acc); break;
     case 7: BLOCK_DOTS(wo, bits, xq, steps, 7, IN, acc); break;
-    default: BLOCK_DOTS(wo, bits, xq, steps, 8, IN, acc); break;
+    default: BLOCK_DOTS(wo, bits, xq, steps, DECODE_MAX_ROWS, IN, acc); break;
     }
 }
 #undef BLOCK_DOTS
@@ -366,7 +370,7 @@ void tenor_block_linear_f32(const float *x, const uint8_t *w, int64_t bits, cons
         }
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t o = 0; o < OUT; o++) {
-        float acc[8], steps[R * nb];
+        float acc[DECODE_MAX_ROWS], steps[R * nb];
         if (o + PREFETCH_OUTPUTS < OUT) fetch_output(w, scales, offsets, o + PREFETCH_OUTPUTS, nb, block_bytes);
         block_steps(scales + o * nb, offsets + o * nb, xd, xsum, R, nb, steps, acc);
         block_dots(w + o * nb * block_bytes, bits, xq, steps, R, IN, acc);
@@ -427,16 +431,16 @@ void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, v
 
 /* A whole Llama step's layers in one call (a decode step, or one with prompt chunks): Python's
  * per-layer dispatch (a few dozen torch ops and kernel calls a layer) costs as much as the layer's
- * arithmetic at one stream; at 32 streams on a Zen 4 the fused decode step took 0.77-0.85x the
- * layer-by-layer one's time. Each layer is the same chain of the kernels the layer-by-layer path
- * calls, so the numbers are the same:
+ * arithmetic at one stream; at 32 streams on a Zen 4 a fused decode step took 0.87x the
+ * layer-by-layer one's time (benchmarks/fused_step_ab.py). Each layer is the same chain of the
+ * kernels the layer-by-layer path calls, so the numbers are the same:
  *   h = rms_norm(x); qkv = h W_qkv; rotate q, k and write k, v to the cache; attention;
  *   x += attn W_o; h = rms_norm(x); x += silu_mul(h W_gate_up) W_down.
  *   x       [R, D] in place: the embeddings in, the last layer's output out
  *   weights [L, 34] per layer: attn_norm, mlp_norm, then (weight, bits, scales, offsets) of qkv,
- *           o, gate_up, down in tenor_block_linear_f32's layouts (for R <= 8), then the same four
- *           in tenor_int8_gemm_f32's (for more rows; zeros where a layer has none); pointers as
- *           integers
+ *           o, gate_up, down in tenor_block_linear_f32's layouts (for R <= DECODE_MAX_ROWS), then
+ *           the same four in tenor_int8_gemm_f32's (for more rows; zeros where a layer has none);
+ *           pointers as integers
  *   kv      [L, 2, K, slots, E] the cache, float32 (kv_bits 32) or bf16 (16); cos, sin [R, E]; slots [R]
  *   table, lengths, tile: each row's blocks [R, N] and context length [R] (including its own
  *           token), and the prompt tile, as tenor_paged_attention takes them
@@ -447,7 +451,7 @@ void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t 
                             int64_t F, int64_t N, int64_t block_size, int64_t num_slots, int64_t max_len, int64_t tile,
                             float eps, int64_t threads) {
     const int64_t width = (H + 2 * K) * E, layer_kv = 2 * K * num_slots * E * (kv_bits / 8); /* bytes */
-    const int gemm = R > 8; /* past tenor_block_linear_f32's rows (native.INT8_MAX_ROWS), as DecodeKernel */
+    const int gemm = R > DECODE_MAX_ROWS; /* past the decode kernel's rows, as DecodeKernel hands them on */
     int64_t widest = F > D ? F : D; /* the widest input a linear quantizes for the GEMM, int16 at most */
     widest = widest > H * E ? widest : H * E;
     float *h = malloc(sizeof(float) * R * D), *qkv = malloc(sizeof(float) * R * width);

@@ -65,8 +65,8 @@ static inline __attribute__((always_inline)) void fetch_row(const block_ahead *a
  * float32 chunks are used in place; bf16 and int8 rows are widened into `buf` (int8 without their
  * scales, which the caller applies), once for all the query heads that read them, each as the same
  * row of the block ahead is asked for. A partial chunk is padded with rows of zeros, so that the
- * vector code always works on CHUNK rows. `bits` is a constant in every copy of attend_one, so the
- * branches fold away. */
+ * vector code always works on CHUNK rows. `bits` is a constant in every copy of attend_tile and attend_lanes,
+ * so the branches fold away. */
 #define CHUNK 16
 static inline __attribute__((always_inline)) const float *cache_rows(const void *cache, int64_t slot, int64_t first,
                                                                       int64_t m, int64_t E, int bits,

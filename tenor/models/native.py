@@ -264,7 +264,7 @@ def paged_attention(
 
 
 INT8_BLOCK = 32  # weights per scale and minimum along the input dimension, as GGUF's Q4_1 / Q8_1
-INT8_MAX_ROWS = 8  # the kernel keeps one accumulator per row
+INT8_MAX_ROWS = 8  # DECODE_MAX_ROWS in tenor/csrc/cpu_kernels.c: the kernel keeps one accumulator per row
 
 
 def quantize_u8_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
