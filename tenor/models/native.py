@@ -170,6 +170,8 @@ def argmax_logsumexp(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [R, V] float32 contiguous -> (each row's first largest index [R] int64, its log-sum-exp
     [R] float32; nan for a row holding nan or +inf)."""
     rows, vocab = logits.shape
+    if vocab >= 2**31:  # the kernel indexes a row in int32
+        return logits.argmax(dim=-1), torch.logsumexp(logits, dim=-1)
     best, lse = torch.empty(rows, dtype=torch.int64), torch.empty(rows)
     _built().tenor_argmax_logsumexp(_ptr(logits), rows, vocab, _ptr(best), _ptr(lse), torch.get_num_threads())
     return best, lse
