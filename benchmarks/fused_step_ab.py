@@ -48,7 +48,7 @@ def _paired() -> None:
 def main() -> None:
     _paired()
     try:
-        step_profile.main()
+        step_profile.main(__doc__)
     finally:
         for kind, ratios in RATIOS.items():
             q1, median, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3

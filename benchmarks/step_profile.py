@@ -131,8 +131,9 @@ async def _run(args: argparse.Namespace) -> None:
         print(f"{kind}, ms a step ({n} steps): " + ", ".join(f"{k} {1000 * v / n:.1f}" for k, v in counts.items()))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(description: str | None = __doc__) -> None:
+    """`description` heads --help: a script that runs this loop (fused_step_ab.py) passes its own."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=128)
