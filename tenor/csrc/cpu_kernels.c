@@ -20,8 +20,10 @@ static inline float lane_sum(__m256 v) {
 #endif
 
 /* Row-wise ops split their rows over threads only when there is enough work to pay for waking
- * them: a decode step's few rows stay on the calling thread. */
-#define PARALLEL_MIN_FLOATS (1 << 16)
+ * them: one stream's rows stay on the calling thread; 32 streams' (18432 floats of the default
+ * model's hidden size) are split, which made a fused decode step 0.97x the time (at 1 << 16 they
+ * stayed whole and the second core waited on them 13 times a layer). */
+#define PARALLEL_MIN_FLOATS (1 << 14)
 
 /* The rows the decode kernels (float_linear, tenor_block_linear_f32) take at most: each keeps one
  * accumulator a row. tenor/models/native.py's INT8_MAX_ROWS is this number. */
@@ -396,12 +398,12 @@ static void store_bf16(const float *x, uint16_t *out, int64_t n) {
  * qkv [T, (H + 2K) * E], then k and v written to the cache at slots [T].
  *   cos, sin [T, E]  the step's tables, the rotation's sign folded into sin
  *   kc, vc  [K, slots, E]  one layer's cache: float32 (kv_bits 32) or bf16 (16)
- * Rows are shared among the threads from a prompt's worth on (each row its own slot). */
+ * Rows are shared among the threads from 16 on (each row its own slot). */
 void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, void *kc, void *vc,
                                const int64_t *slots, int64_t T, int64_t H, int64_t K, int64_t E,
                                int64_t num_slots, int64_t kv_bits, int64_t threads) {
     const int64_t half = E / 2, width = (H + 2 * K) * E;
-#pragma omp parallel for schedule(static) num_threads(threads) if (T >= 64)
+#pragma omp parallel for schedule(static) num_threads(threads) if (T >= 16)
     for (int64_t t = 0; t < T; t++) {
         float *row = qkv + t * width;
         const float *c = cos + t * E, *s = sin + t * E;
