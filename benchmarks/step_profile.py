@@ -131,8 +131,8 @@ async def _run(args: argparse.Namespace) -> None:
         print(f"{kind}, ms a step ({n} steps): " + ", ".join(f"{k} {1000 * v / n:.1f}" for k, v in counts.items()))
 
 
-def main(description: str | None = __doc__) -> None:
-    """`description` heads --help: a script that runs this loop (fused_step_ab.py) passes its own."""
+def arguments(description: str | None = __doc__) -> argparse.ArgumentParser:
+    """The flags; `description` heads --help (fused_step_ab.py, which runs this loop, passes its own)."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--prompts", type=int, default=64)
@@ -146,11 +146,18 @@ def main(description: str | None = __doc__) -> None:
         "--as-cpu", choices=("avx2", "avx512"), help="run the code such a CPU runs, through benchmarks/cpu_proxy.py"
     )
     parser.add_argument("--as-avx2", dest="as_cpu", action="store_const", const="avx2", help="--as-cpu avx2")
-    args = parser.parse_args()
+    return parser
+
+
+def run(args: argparse.Namespace) -> None:
     if args.as_cpu:
         narrow_to(args.as_cpu)
     _instrument()
     asyncio.run(_run(args))
+
+
+def main() -> None:
+    run(arguments().parse_args())
 
 
 if __name__ == "__main__":

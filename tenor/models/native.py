@@ -84,10 +84,16 @@ def library() -> ctypes.CDLL | None:
     if os.environ.get("TENOR_NATIVE_KERNELS", "1") == "0":
         return None
     try:
-        lib = ctypes.CDLL(str(build()))
+        return load(build())
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         log.warning("tenor's native CPU kernels are unavailable, using torch's ops: %s", exc)
         return None
+
+
+def load(path: Path) -> ctypes.CDLL:
+    """A build of tenor/csrc at `path`, its functions' signatures declared: library() loads tenor's
+    own build; benchmarks/fused_step_ab.py another revision's, to time the two in turn."""
+    lib = ctypes.CDLL(str(path))
     lib.tenor_rms_norm_f32.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, _F32, _I64]
     lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64, _I64]
     lib.tenor_silu_mul_bf16.argtypes = [_PTR, _PTR, _I64, _I64, _I64]
