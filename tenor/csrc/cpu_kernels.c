@@ -19,12 +19,6 @@ static inline float lane_sum(__m256 v) {
 }
 #endif
 
-/* Row-wise ops split their rows over threads only when there is enough work to pay for waking
- * them: one stream's rows stay on the calling thread; 32 streams' (18432 floats of the default
- * model's hidden size) are split, which made a fused decode step 0.97x the time (at 1 << 16 they
- * stayed whole and the second core waited on them 13 times a layer). */
-#define PARALLEL_MIN_FLOATS (1 << 14)
-
 /* The rows the decode kernels (float_linear, tenor_block_linear_f32) take at most: each keeps one
  * accumulator a row. tenor/models/native.py's INT8_MAX_ROWS is this number. */
 #define DECODE_MAX_ROWS 8
@@ -487,7 +481,7 @@ void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t 
         tenor_rms_norm_f32(x, W_F32(0), h, R, D, eps, threads);
         LINEAR(0, h, D, qkv, width);
         tenor_rotary_kv_write_f32(qkv, cos, sin, kc, vc, slots, R, H, K, E, num_slots, kv_bits, threads);
-#pragma omp parallel for schedule(static) num_threads(threads) if (R * D >= PARALLEL_MIN_FLOATS)
+#pragma omp parallel for schedule(static) num_threads(threads) if (R * H * E >= PARALLEL_MIN_FLOATS)
         for (int64_t r = 0; r < R; r++)
             for (int64_t i = 0; i < H * E; i++) q[r * H * E + i] = qkv[r * width + i];
         tenor_paged_attention(q, kc, vc, NULL, NULL, kv_bits, table, lengths, attn, scores, R, H, K, E, N,

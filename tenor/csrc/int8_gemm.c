@@ -154,8 +154,7 @@ static inline float quantize_block(const float *xb, int8_t *qb, float *sum) {
 static void quantize_rows(const float *x, int64_t bits, uint8_t *xq, float *xd, float *xsum, int64_t R,
                           int64_t IN, int64_t threads) {
     const int64_t nb = IN / 32, es = bits == 8 ? 2 : 1;
-    /* split from 32 rows of the default model up (as PARALLEL_MIN_FLOATS in cpu_kernels.c) */
-#pragma omp parallel for schedule(static) num_threads(threads) if (R * IN >= (1 << 14))
+#pragma omp parallel for schedule(static) num_threads(threads) if (R * IN >= PARALLEL_MIN_FLOATS)
     for (int64_t rb = 0; rb < R * nb; rb++) {
         const int64_t row = rb / nb, b = rb % nb, r0 = row - row % TILE_ROWS, r = row - r0;
         const int64_t n = R - r0 < TILE_ROWS ? R - r0 : TILE_ROWS;
