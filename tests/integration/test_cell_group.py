@@ -126,13 +126,16 @@ def test_worker_killed_mid_traffic_group_leaves_and_retries_succeed(cell):
         traffic.wait_ok(3)
         worker.proc.kill()
         killed = time.monotonic()
-        leader.proc.wait(30)  # the leader leaves the cell and exits by itself
+        try:
+            leader.proc.wait(30)  # the leader leaves the cell and exits by itself
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the leader did not exit within 30 s of its worker's death:\n{leader.output()}")
         left_s = time.monotonic() - killed
         wait_until(
             lambda: list(admin.list(TINY)[0].addresses) == [single.address] or None, 30, "the group's replica dropped"
         )
         traffic.wait_ok(3)
     assert left_s < 10, leader.output()
-    assert leader.proc.returncode == 1
-    assert traffic.failures == []
+    assert leader.proc.returncode == 1, leader.output()
+    assert traffic.failures == [], leader.output()
     assert worker.proc.poll() is not None and leader.proc.poll() is not None  # no orphans
