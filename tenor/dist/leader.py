@@ -130,10 +130,12 @@ class GroupLeader:
         ranked.model = LeaderModel(ranked.model, self)  # type: ignore[assignment]
         return ranked
 
-    def allocate_cache(self, num_blocks: int, block_size: int, quantized: bool) -> None:
-        """Every rank allocates the same number of blocks (of its own heads), so block tables agree."""
+    def allocate_cache(self, num_blocks: int, block_size: int, quantized: bool, kv_dtype: torch.dtype) -> None:
+        """Every rank allocates the same number of blocks (of its own heads), so block tables agree,
+        storing K/V in `kv_dtype` as the leader does."""
+        code = messages.KV_DTYPES.index(kv_dtype)
         with self.collectives():
-            messages.send(self.group, Kind.CACHE, torch.tensor([num_blocks, block_size, int(quantized)]))
+            messages.send(self.group, Kind.CACHE, torch.tensor([num_blocks, block_size, int(quantized), code]))
 
     def unload(self) -> None:
         """The engine stopped: workers drop their shard and cache, and wait for the next model."""

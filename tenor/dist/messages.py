@@ -17,12 +17,17 @@ import torch
 from tenor.models.layers import AttentionBatch, PrefillSpan
 
 
+# What a CACHE message's last field names: the K/V storage dtype, the same on every rank as in one
+# process (bf16 beside int8 weights), so that a group's tokens equal one process's.
+KV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 class Kind(enum.IntEnum):
     HEARTBEAT = 0  # the leader is alive and idle (keeps workers' collective timeouts from firing)
     LOAD = 1
     STEP = 2
     STOP = 3
-    CACHE = 4  # allocate the paged KV cache: [num_blocks, block_size, quantized]
+    CACHE = 4  # allocate the paged KV cache: [num_blocks, block_size, quantized, KV_DTYPES index]
     UNLOAD = 5  # drop the model and its cache; wait for the next LOAD
 
 

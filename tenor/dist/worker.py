@@ -58,11 +58,12 @@ class WorkerLoop:
                                       document["weights"])
         self.group.wait_all("loading the model")
 
-    def _allocate(self, num_blocks: int, block_size: int, quantized: int) -> None:
+    def _allocate(self, num_blocks: int, block_size: int, quantized: int, kv_dtype: int) -> None:
         assert self.ranked is not None, "CACHE before LOAD"
         local = self.ranked.model.local.config
         self.cache = PagedKVCache(local.num_layers, num_blocks, block_size, local.num_kv_heads, local.head_dim,
-                                  self.ranked.dtype, quantized=bool(quantized), device=self.group.spec.device)
+                                  self.ranked.dtype, quantized=bool(quantized), device=self.group.spec.device,
+                                  kv_dtype=messages.KV_DTYPES[kv_dtype])
 
     def _step(self, payload: torch.Tensor) -> None:
         assert self.ranked is not None and self.cache is not None, "STEP before LOAD and CACHE"

@@ -114,10 +114,9 @@ class LLMEngine:
         self._eos = tuple(sorted(set(cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids)))
         kv_heads = loaded.cache_kv_heads or cfg.num_kv_heads  # a group rank caches only its heads
         kv_dtype = str(loaded.dtype)
-        # A group's workers size their caches by the model dtype (the leader keeps to it too), and
-        # an int8 cache keeps its scales in the model dtype.
-        if precision.kv_dtype and loaded.group is None and not self._options.quantize_kv_cache:
+        if precision.kv_dtype and not self._options.quantize_kv_cache:  # an int8 cache's scales: the model dtype
             kv_dtype = precision.kv_dtype
+        kv_store = getattr(torch, kv_dtype.removeprefix("torch."))
         self._runtime = RuntimeInfo(
             cpu.model_name,
             cpu.isa,
@@ -151,11 +150,11 @@ class LLMEngine:
             loaded.dtype,
             quantized=self._options.quantize_kv_cache,
             device=precision.device,
-            kv_dtype=getattr(torch, kv_dtype.removeprefix("torch.")),
+            kv_dtype=kv_store,
         )
         self._group = loaded.group
         if self._group is not None:
-            self._group.allocate_cache(num_blocks, BLOCK_SIZE, self._options.quantize_kv_cache)
+            self._group.allocate_cache(num_blocks, BLOCK_SIZE, self._options.quantize_kv_cache, kv_store)
         self._blocks = BlockManager(num_blocks, BLOCK_SIZE)
         batched = max(self._options.max_num_batched_tokens, self.servable.max_batch_size)
         self._scheduler = Scheduler(SchedulerConfig(self.servable.max_batch_size, batched), self._blocks)

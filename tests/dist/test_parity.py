@@ -58,18 +58,29 @@ def test_one_at_a_time_and_four_ranks(monkeypatch):
 
 
 @pytest.mark.slow
-def test_default_model_float32_32_tokens():
+@pytest.mark.parametrize("quantize", ["none", "int8", "int8a8"])
+def test_default_model_32_tokens(quantize):
+    """Float32 activations, with float32 weights or the default model's 4-bit blocks. A rank
+    quantizes its own slice, whose blocks of 32 are the whole matrix's (every slice of this model
+    starts at a multiple of 32), and caches K/V as one process does (bf16 beside int8 weights), so
+    only the order of the row-parallel sums differs. The three prompts go in one step (18 rows,
+    the integer GEMM's) where big batches run exactly here; where they run as a bf16 GEMM (`int8`
+    on a CPU with native bf16), whose rounding of a rank's partial sums differs from the whole
+    matrix's, one at a time (every step within the decode kernel's rows)."""
     from tenor import registry
     from tenor.checkpoints.default_model import default_gguf_path
+    from tenor.models import kernels
 
     path = default_gguf_path()
-    model = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype="float32", quantize="none",
+    model = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype="float32", quantize=quantize,
                                                                       max_batch_size=4,
                                                                       max_prefill_predict_length=256,
                                                                       max_target_length=512)
+    batched = quantize == "none" or not kernels.bf16_batches_apply() or kernels.int8_gemm_applies(
+        8, int8_activations=quantize == "int8a8")
     prompts = [[1, 504, 3575, 282, 4649, 314], [1, 1206, 28, 1069, 253, 1142], [1, 19842, 1326, 4398, 42]]
-    expected, _ = greedy_tokens(model, prompts, 32, checkpoint=str(path))
-    sharded, exits = greedy_tokens(model, prompts, 32, group_size=2, checkpoint=str(path))
+    expected, _ = greedy_tokens(model, prompts, 32, checkpoint=str(path), batched=batched)
+    sharded, exits = greedy_tokens(model, prompts, 32, group_size=2, checkpoint=str(path), batched=batched)
     assert sharded == expected and exits == [0]
 
 
