@@ -32,13 +32,20 @@ class Group:
         try:
             # Our own store first: each rank claims its index, so two processes given the same
             # rank are told so at once instead of corrupting the rendezvous.
-            store = dist.TCPStore(spec.leader_host, spec.leader_port, is_master=spec.is_leader,
-                                  timeout=join_timeout, wait_for_workers=False)
+            store = dist.TCPStore(
+                spec.leader_host,
+                spec.leader_port,
+                is_master=spec.is_leader,
+                timeout=join_timeout,
+                wait_for_workers=False,
+            )
         except Exception as exc:
             raise GroupError(_join_error(spec, exc)) from None
         if store.add(f"tenor/rank/{spec.rank}", 1) != 1:
-            raise GroupError(f"rank {spec.rank} is already taken in the group at {spec.leader_host}:{spec.leader_port} "
-                             "(two processes were given the same rank)")
+            raise GroupError(
+                f"rank {spec.rank} is already taken in the group at {spec.leader_host}:{spec.leader_port} "
+                "(two processes were given the same rank)"
+            )
         self._store = store
         try:
             dist.init_process_group(
@@ -107,5 +114,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _join_error(spec: GroupSpec, exc: Exception) -> str:
     first = _first_line(exc)
-    return (f"rank {spec.rank} could not join the group of {spec.size} at {spec.leader_host}:{spec.leader_port} "
-            f"within {spec.join_timeout_s:g}s ({first})")
+    return (
+        f"rank {spec.rank} could not join the group of {spec.size} at {spec.leader_host}:{spec.leader_port} "
+        f"within {spec.join_timeout_s:g}s ({first})"
+    )

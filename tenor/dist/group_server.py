@@ -23,8 +23,11 @@ class GroupModelTable(ModelTable):
     """A ModelTable whose engines shard their model over the group: one model at a time."""
 
     async def load(self, name: str, spec: ModelSpec) -> None:
-        others = [m.name for m in self.models()
-                  if m.name != name and m.status in (Status.LOADING, Status.LOADED, Status.UNLOADING)]
+        others = [
+            m.name
+            for m in self.models()
+            if m.name != name and m.status in (Status.LOADING, Status.LOADED, Status.UNLOADING)
+        ]
         if others:
             raise LoadFailedError(f"this model-server group already serves {others[0]}; a group holds one model")
         await super().load(name, spec)

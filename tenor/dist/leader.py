@@ -44,12 +44,14 @@ def servable_to_json(servable: ServableConfig) -> dict:
 
 
 def servable_from_json(data: dict) -> ServableConfig:
-    return ServableConfig(**{**data, "model": ModelConfig.from_dict(data["model"]),
-                             "group_sizes": tuple(data.get("group_sizes", (1,)))})
+    return ServableConfig(
+        **{**data, "model": ModelConfig.from_dict(data["model"]), "group_sizes": tuple(data.get("group_sizes", (1,)))}
+    )
 
 
-def load_rank_model(group: Group, servable: ServableConfig, checkpoint: str | None, dtype_name: str,
-                    weight_format: str) -> RankModel:
+def load_rank_model(
+    group: Group, servable: ServableConfig, checkpoint: str | None, dtype_name: str, weight_format: str
+) -> RankModel:
     """This rank's shard of the model, read from its slices of the checkpoint, in the precision
     the leader chose (every rank must store its weights the same way)."""
     source = open_source(checkpoint, servable.model, servable.seed)
@@ -68,8 +70,14 @@ class LeaderModel(nn.Module):
         self.leader = leader
         self.native_kernels = sharded.native_kernels  # the runner reads it to fill AttentionBatch.native
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
-                batch: AttentionBatch, logits_rows: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        cache: PagedKVCache,
+        batch: AttentionBatch,
+        logits_rows: torch.Tensor,
+    ) -> torch.Tensor:
         plan = messages.encode_step(StepInputs(input_ids, positions, batch, logits_rows))
         with self.leader.collectives():
             messages.send(self.leader.group, Kind.STEP, plan)
@@ -121,9 +129,18 @@ class GroupLeader:
     def load(self, servable: ServableConfig, checkpoint: str | None, dtype: str, weight_format: str) -> RankModel:
         check_group_size(servable.model, self.spec.size)  # before anyone loads (random weights' shapes)
         with self.collectives() as group:
-            messages.send(group, Kind.LOAD, messages.encode_json(
-                {"servable": servable_to_json(servable), "checkpoint": checkpoint, "dtype": dtype,
-                 "weights": weight_format}))
+            messages.send(
+                group,
+                Kind.LOAD,
+                messages.encode_json(
+                    {
+                        "servable": servable_to_json(servable),
+                        "checkpoint": checkpoint,
+                        "dtype": dtype,
+                        "weights": weight_format,
+                    }
+                ),
+            )
             ranked = load_rank_model(group, servable, checkpoint, dtype, weight_format)
             group.wait_all("loading the model")
         self.local_kv_heads = ranked.model.local.config.num_kv_heads

@@ -51,8 +51,9 @@ class LocalWorkers:
                 proc.wait()
 
 
-def start_local_group(size: int, timeout_s: float = 10.0, device: str = "cpu",
-                      host: str = "127.0.0.1") -> tuple[GroupSpec, LocalWorkers, int]:
+def start_local_group(
+    size: int, timeout_s: float = 10.0, device: str = "cpu", host: str = "127.0.0.1"
+) -> tuple[GroupSpec, LocalWorkers, int]:
     """Rank 0's spec, the started workers and the threads each rank should use."""
     threads = threads_per_rank(size)
     port = free_port(host)
@@ -60,9 +61,26 @@ def start_local_group(size: int, timeout_s: float = 10.0, device: str = "cpu",
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     procs = []
     for rank in range(1, size):
-        cmd = [sys.executable, "-m", "tenor.dist.worker", "--group-size", str(size), "--group-rank", str(rank),
-               "--group-leader", f"{host}:{port}", "--group-timeout", str(timeout_s), "--join-timeout", "120",
-               "--threads", str(threads), "--device", device, "--exit-with-parent"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tenor.dist.worker",
+            "--group-size",
+            str(size),
+            "--group-rank",
+            str(rank),
+            "--group-leader",
+            f"{host}:{port}",
+            "--group-timeout",
+            str(timeout_s),
+            "--join-timeout",
+            "120",
+            "--threads",
+            str(threads),
+            "--device",
+            device,
+            "--exit-with-parent",
+        ]
         procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
     return spec, LocalWorkers(procs), threads
 

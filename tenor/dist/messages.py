@@ -16,7 +16,6 @@ import torch
 
 from tenor.models.layers import AttentionBatch, PrefillSpan
 
-
 # What a CACHE message's last field names: the K/V storage dtype, the same on every rank as in one
 # process (bf16 beside int8 weights), so that a group's tokens equal one process's.
 KV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -74,9 +73,17 @@ def encode_step(step: StepInputs) -> torch.Tensor:
     # decode_mask is [K * B, 1, S], kv-head major: its first B rows are the per-sequence mask.
     mask = b.decode_mask[: blocks.shape[0], 0] if b.decode_mask is not None else torch.zeros(0, 0, dtype=torch.bool)
     lengths = b.decode_lengths if b.decode_lengths is not None else torch.zeros(0, dtype=torch.long)
-    header = [step.input_ids.numel(), step.logits_rows.numel(), b.num_decode, b.decode_span,
-              blocks.shape[0], blocks.shape[1], mask.shape[1] if b.decode_mask is not None else -1,
-              len(b.prefills), lengths.numel() if b.decode_lengths is not None else -1]
+    header = [
+        step.input_ids.numel(),
+        step.logits_rows.numel(),
+        b.num_decode,
+        b.decode_span,
+        blocks.shape[0],
+        blocks.shape[1],
+        mask.shape[1] if b.decode_mask is not None else -1,
+        len(b.prefills),
+        lengths.numel() if b.decode_lengths is not None else -1,
+    ]
     spans: list[int] = []
     contexts: list[torch.Tensor] = []
     for span in b.prefills:
@@ -84,8 +91,17 @@ def encode_step(step: StepInputs) -> torch.Tensor:
         spans += [span.start, span.length, span.num_cached, n]
         if span.context_slots is not None:
             contexts.append(span.context_slots.reshape(-1))
-    parts = [torch.tensor(header + spans, dtype=torch.int64), step.input_ids, step.positions, b.slot_mapping,
-             step.logits_rows, blocks.reshape(-1), mask.reshape(-1), lengths.reshape(-1), *contexts]
+    parts = [
+        torch.tensor(header + spans, dtype=torch.int64),
+        step.input_ids,
+        step.positions,
+        b.slot_mapping,
+        step.logits_rows,
+        blocks.reshape(-1),
+        mask.reshape(-1),
+        lengths.reshape(-1),
+        *contexts,
+    ]
     return torch.cat([p.to("cpu", torch.int64) for p in parts])  # a GPU leader's inputs are on its device
 
 
@@ -94,12 +110,12 @@ def decode_step(payload: torch.Tensor, num_kv_heads: int) -> StepInputs:
     values = payload
     t, r, num_decode, span, nb, nblk, mask_len, num_prefills, num_lengths = values[:HEADER].tolist()
     at = HEADER
-    spans = values[at: at + 4 * num_prefills].view(-1, 4).tolist() if num_prefills else []
+    spans = values[at : at + 4 * num_prefills].view(-1, 4).tolist() if num_prefills else []
     at += 4 * num_prefills
 
     def take(n: int) -> torch.Tensor:
         nonlocal at
-        out = values[at: at + n]
+        out = values[at : at + n]
         at += n
         return out
 
@@ -112,7 +128,13 @@ def decode_step(payload: torch.Tensor, num_kv_heads: int) -> StepInputs:
     prefills = []
     for start, length, cached, n in spans:
         prefills.append(PrefillSpan(start, length, cached, None if n < 0 else take(n)))
-    batch = AttentionBatch(slot_mapping=slots, num_decode=num_decode,
-                           decode_blocks=blocks if num_decode else None, decode_mask=mask,
-                           prefills=prefills, decode_span=span, decode_lengths=lengths)
+    batch = AttentionBatch(
+        slot_mapping=slots,
+        num_decode=num_decode,
+        decode_blocks=blocks if num_decode else None,
+        decode_mask=mask,
+        prefills=prefills,
+        decode_span=span,
+        decode_lengths=lengths,
+    )
     return StepInputs(ids, positions, batch, rows)

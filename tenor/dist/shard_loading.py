@@ -36,10 +36,13 @@ class ShardSource:
 def cut(tensor: torch.Tensor, piece: TensorSlice) -> torch.Tensor:
     """`piece` of a tensor already in memory (or memory-mapped)."""
     if piece.rows is not None:
-        tensor = torch.cat([tensor[r.start:r.stop] for r in piece.rows]) if len(piece.rows) > 1 \
-            else tensor[piece.rows[0].start:piece.rows[0].stop]
+        tensor = (
+            torch.cat([tensor[r.start : r.stop] for r in piece.rows])
+            if len(piece.rows) > 1
+            else tensor[piece.rows[0].start : piece.rows[0].stop]
+        )
     if piece.cols is not None:
-        tensor = tensor[:, piece.cols.start:piece.cols.stop]
+        tensor = tensor[:, piece.cols.start : piece.cols.stop]
     return tensor
 
 
@@ -69,8 +72,9 @@ def open_source(path: str | None, config: ModelConfig | None, seed: int) -> Shar
     from tenor.checkpoints.hf import load_hf
 
     loaded = load_hf(path)
-    return ShardSource(loaded.config, list(loaded.weights),
-                       lambda name, piece: cut(loaded.weights[name], piece), loaded.tokenizer_path)
+    return ShardSource(
+        loaded.config, list(loaded.weights), lambda name, piece: cut(loaded.weights[name], piece), loaded.tokenizer_path
+    )
 
 
 def _safetensors_source(path: Path) -> ShardSource:
@@ -102,11 +106,11 @@ def _safetensors_source(path: Path) -> ShardSource:
         view = handles[name].get_slice(name)
         check_shape(str(path), name, torch.empty(view.get_shape(), device="meta"), specs[name].shape)
         if piece.rows is None:
-            parts = [view[:, piece.cols.start:piece.cols.stop] if piece.cols is not None else view[:]]
+            parts = [view[:, piece.cols.start : piece.cols.stop] if piece.cols is not None else view[:]]
         else:
-            parts = [view[r.start:r.stop] for r in piece.rows]
+            parts = [view[r.start : r.stop] for r in piece.rows]
             if piece.cols is not None:
-                parts = [p[:, piece.cols.start:piece.cols.stop] for p in parts]
+                parts = [p[:, piece.cols.start : piece.cols.stop] for p in parts]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     tokenizer = path if has_tokenizer_files(path) else None
@@ -136,8 +140,14 @@ def _gguf_source(path: Path) -> ShardSource:
     return ShardSource(config, list(float_specs(config)), read, tokenizer)
 
 
-def load_shard(source: ShardSource, shard: RankShard, dtype: torch.dtype, max_positions: int | None = None,
-               weight_format: str = "dense", device: str = "cpu") -> tuple[DecoderLM, ModelConfig]:
+def load_shard(
+    source: ShardSource,
+    shard: RankShard,
+    dtype: torch.dtype,
+    max_positions: int | None = None,
+    weight_format: str = "dense",
+    device: str = "cpu",
+) -> tuple[DecoderLM, ModelConfig]:
     """This rank's model (built with its local shapes) and the full model's config."""
     config = source.config
     if max_positions is not None and config.max_position_embeddings < max_positions:

@@ -115,8 +115,13 @@ def tensor_slice(config: ModelConfig, shard: RankShard, name: str) -> TensorSlic
     if base in ("embed.weight", "lm_head.weight", "lm_head.bias"):
         return TensorSlice(rows=(shard.vocab,), pad_rows=shard.vocab_per_rank - len(shard.vocab))
     if base.endswith("attn.qkv.weight"):
-        return TensorSlice(rows=(_scaled(shard.heads, e), _scaled(shard.kv_heads, e, q),
-                                 _scaled(shard.kv_heads, e, q + config.kv_size)))
+        return TensorSlice(
+            rows=(
+                _scaled(shard.heads, e),
+                _scaled(shard.kv_heads, e, q),
+                _scaled(shard.kv_heads, e, q + config.kv_size),
+            )
+        )
     if base.endswith(("mlp.gate_up.weight",)):
         f = config.intermediate_size
         return TensorSlice(rows=(shard.ffn, range(f + shard.ffn.start, f + shard.ffn.stop)))

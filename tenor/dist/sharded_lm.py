@@ -42,8 +42,14 @@ class ShardedLM(nn.Module):
         self.group.collective_calls += 1
         return out
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
-                batch: AttentionBatch, logits_rows: torch.Tensor) -> torch.Tensor | None:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        cache: PagedKVCache,
+        batch: AttentionBatch,
+        logits_rows: torch.Tensor,
+    ) -> torch.Tensor | None:
         """float32 logits [R, V] on the leader; None on workers."""
         m = self.local
         local_ids = input_ids - self.shard.vocab.start

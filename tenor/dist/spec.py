@@ -56,8 +56,9 @@ def parse_leader(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def spec_from_env(size: int | None, rank: int | None, leader: str | None,
-                  env: Mapping[str, str] | None = None, **extra) -> GroupSpec | None:
+def spec_from_env(
+    size: int | None, rank: int | None, leader: str | None, env: Mapping[str, str] | None = None, **extra
+) -> GroupSpec | None:
     """Flags first, LeaderWorkerSet's environment when a flag is absent; None when no group is asked for."""
     env = os.environ if env is None else env
     if size is None and env.get(LWS_GROUP_SIZE):
@@ -68,8 +69,9 @@ def spec_from_env(size: int | None, rank: int | None, leader: str | None,
     if size is None or size == 1:
         return None
     if rank is None or leader is None:
-        raise ValueError(f"a group of {size} needs --group-rank and --group-leader "
-                         f"(or {LWS_WORKER_INDEX} and {LWS_LEADER_ADDRESS})")
+        raise ValueError(
+            f"a group of {size} needs --group-rank and --group-leader (or {LWS_WORKER_INDEX} and {LWS_LEADER_ADDRESS})"
+        )
     host, port = parse_leader(leader)
     return GroupSpec(size, rank, host, port, **extra)
 

@@ -54,24 +54,38 @@ class WorkerLoop:
     def _load(self, document: dict) -> None:
         self.ranked, self.cache = None, None
         servable = servable_from_json(document["servable"])
-        self.ranked = load_rank_model(self.group, servable, document.get("checkpoint"), document["dtype"],
-                                      document["weights"])
+        self.ranked = load_rank_model(
+            self.group, servable, document.get("checkpoint"), document["dtype"], document["weights"]
+        )
         self.group.wait_all("loading the model")
 
     def _allocate(self, num_blocks: int, block_size: int, quantized: int, kv_dtype: int) -> None:
         assert self.ranked is not None, "CACHE before LOAD"
         local = self.ranked.model.local.config
-        self.cache = PagedKVCache(local.num_layers, num_blocks, block_size, local.num_kv_heads, local.head_dim,
-                                  self.ranked.dtype, quantized=bool(quantized), device=self.group.spec.device,
-                                  kv_dtype=messages.KV_DTYPES[kv_dtype])
+        self.cache = PagedKVCache(
+            local.num_layers,
+            num_blocks,
+            block_size,
+            local.num_kv_heads,
+            local.head_dim,
+            self.ranked.dtype,
+            quantized=bool(quantized),
+            device=self.group.spec.device,
+            kv_dtype=messages.KV_DTYPES[kv_dtype],
+        )
 
     def _step(self, payload: torch.Tensor) -> None:
         assert self.ranked is not None and self.cache is not None, "STEP before LOAD and CACHE"
         step = messages.decode_step(payload, self.cache.num_kv_heads)
         step.batch.native = self.ranked.model.native_kernels  # this rank's own kernels
         device = self.cache.device
-        self.ranked.model(step.input_ids.to(device), step.positions.to(device), self.cache, step.batch.to(device),
-                          step.logits_rows.to(device))
+        self.ranked.model(
+            step.input_ids.to(device),
+            step.positions.to(device),
+            self.cache,
+            step.batch.to(device),
+            step.logits_rows.to(device),
+        )
         self.steps += 1
 
 
@@ -112,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--join-timeout", type=float, default=300.0)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--exit-with-parent", action="store_true",
-                        help="exit when the starting process goes (local groups: no orphans, even mid-load)")
+    parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="exit when the starting process goes (local groups: no orphans, even mid-load)",
+    )
     args = parser.parse_args(argv)
     if args.exit_with_parent:
         watch_parent()
@@ -121,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         host, port = parse_leader(args.group_leader)
-        spec = GroupSpec(args.group_size, args.group_rank, host, port, args.group_timeout, args.join_timeout,
-                         args.device)
+        spec = GroupSpec(
+            args.group_size, args.group_rank, host, port, args.group_timeout, args.join_timeout, args.device
+        )
         if spec.is_leader:
             raise ValueError("rank 0 is the leader; a worker has rank 1..N-1")
     except ValueError as exc:

@@ -23,21 +23,29 @@ async def _collect(engine: LLMEngine, key: str, ids: list[int], max_tokens: int)
     return tokens
 
 
-async def _run(servable: ServableConfig, checkpoint: str | None, prompts: list[list[int]], max_tokens: int,
-               group, batched: bool) -> list[list[int]]:
+async def _run(
+    servable: ServableConfig, checkpoint: str | None, prompts: list[list[int]], max_tokens: int, group, batched: bool
+) -> list[list[int]]:
     engine = LLMEngine(servable, checkpoint, EngineOptions(kv_cache_bytes=KV_BYTES, warmup=False, group=group))
     await engine.start()
     try:
         if batched:
-            return list(await asyncio.gather(*(_collect(engine, f"r{i}", p, max_tokens)
-                                               for i, p in enumerate(prompts))))
+            return list(
+                await asyncio.gather(*(_collect(engine, f"r{i}", p, max_tokens) for i, p in enumerate(prompts)))
+            )
         return [await _collect(engine, f"r{i}", p, max_tokens) for i, p in enumerate(prompts)]
     finally:
         await engine.stop()
 
 
-def greedy_tokens(servable: ServableConfig, prompts: list[list[int]], max_tokens: int, group_size: int = 1,
-                  checkpoint: str | None = None, batched: bool = True) -> tuple[list[list[int]], list[int]]:
+def greedy_tokens(
+    servable: ServableConfig,
+    prompts: list[list[int]],
+    max_tokens: int,
+    group_size: int = 1,
+    checkpoint: str | None = None,
+    batched: bool = True,
+) -> tuple[list[list[int]], list[int]]:
     """Each prompt's greedy tokens, and the workers' exit codes (empty for one process)."""
     with local_group(servable, group_size) as local:
         tokens = asyncio.run(_run(servable, checkpoint, prompts, max_tokens, local.leader, batched))

@@ -12,15 +12,37 @@ from tests.integration.cell_processes import child_env
 
 def test_worker_exits_when_the_leader_is_killed(tmp_path):
     port = free_port()
-    group = ["model-server", "serve", "--cell", "/tenor/x", "--root", f"file://{tmp_path}", "--group-size", "2",
-             "--group-leader", f"127.0.0.1:{port}", "--group-timeout", "5"]
+    group = [
+        "model-server",
+        "serve",
+        "--cell",
+        "/tenor/x",
+        "--root",
+        f"file://{tmp_path}",
+        "--group-size",
+        "2",
+        "--group-leader",
+        f"127.0.0.1:{port}",
+        "--group-timeout",
+        "5",
+    ]
     log = tmp_path / "leader.log"
     with open(log, "w") as out:
-        leader = subprocess.Popen([sys.executable, "-m", "tenor.cli.main", *group, "--group-rank", "0"],
-                                  stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=child_env())
-    worker = subprocess.Popen([sys.executable, "-m", "tenor.cli.main", *group, "--group-rank", "1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-                              env=child_env())
+        leader = subprocess.Popen(
+            [sys.executable, "-m", "tenor.cli.main", *group, "--group-rank", "0"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            env=child_env(),
+        )
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "tenor.cli.main", *group, "--group-rank", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+        env=child_env(),
+    )
     try:
         wait_until(lambda: "serving on" in log.read_text() or None, 60, "the group to form")
         time.sleep(2)  # idle: heartbeats keep the worker waiting

@@ -29,8 +29,18 @@ def children(pid: int) -> list[int]:
 
 
 def test_serve_with_two_ranks_degrades_when_a_worker_dies():
-    argv = [sys.executable, "-m", "tenor.cli.main", "serve", "--model", "test.TinyLlamaRandom", "--port",
-            str(free_port()), "--tensor-parallel", "2"]
+    argv = [
+        sys.executable,
+        "-m",
+        "tenor.cli.main",
+        "serve",
+        "--model",
+        "test.TinyLlamaRandom",
+        "--port",
+        str(free_port()),
+        "--tensor-parallel",
+        "2",
+    ]
     with ServeProcess(argv, ready_timeout_s=120) as server, httpx.Client(base_url=server.url, timeout=30) as client:
         assert client.get("/healthcheck").status_code == 200
         answer = client.post("/generate", json={"prompt": "hello", "max_tokens": 8})

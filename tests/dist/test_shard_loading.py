@@ -16,8 +16,12 @@ def rank_tensors(path, config, world):
     out = []
     for rank in range(world):
         shard = plan_shard(config, world, rank)
-        out.append({n: finish(source.read(n, tensor_slice(config, shard, n)), tensor_slice(config, shard, n), rank)
-                    for n in source.names})
+        out.append(
+            {
+                n: finish(source.read(n, tensor_slice(config, shard, n)), tensor_slice(config, shard, n), rank)
+                for n in source.names
+            }
+        )
     return out
 
 
@@ -25,14 +29,15 @@ def test_llama_slices_stitch_back(tmp_path):
     weights = random_weights(TINY_LLAMA, 3)
     save_checkpoint(tmp_path / "ckpt", TINY_LLAMA, weights)
     a, b = rank_tensors(tmp_path / "ckpt", TINY_LLAMA, 2)
-    assert torch.equal(torch.cat([a["layers.1.attn.o.weight"], b["layers.1.attn.o.weight"]], 1),
-                       weights["layers.1.attn.o.weight"])
+    assert torch.equal(
+        torch.cat([a["layers.1.attn.o.weight"], b["layers.1.attn.o.weight"]], 1), weights["layers.1.attn.o.weight"]
+    )
     assert torch.equal(torch.cat([a["embed.weight"], b["embed.weight"][:-1]]), weights["embed.weight"])
     assert torch.equal(b["embed.weight"][-1], torch.zeros(TINY_LLAMA.hidden_size))  # vocab padding
     qkv = weights["layers.0.attn.qkv.weight"]
     q, kv = TINY_LLAMA.q_size, TINY_LLAMA.kv_size
-    assert torch.equal(b["layers.0.attn.qkv.weight"][:q // 2], qkv[q // 2:q])
-    assert torch.equal(b["layers.0.attn.qkv.weight"][q // 2 + kv // 2:], qkv[q + kv + kv // 2:])
+    assert torch.equal(b["layers.0.attn.qkv.weight"][: q // 2], qkv[q // 2 : q])
+    assert torch.equal(b["layers.0.attn.qkv.weight"][q // 2 + kv // 2 :], qkv[q + kv + kv // 2 :])
     assert torch.equal(a["norm.weight"], weights["norm.weight"])
 
 

@@ -34,12 +34,18 @@ def two_hosts():
     if made.returncode != 0:
         pytest.skip(f"this machine refuses network namespaces: {made.stderr.strip()}")
     try:
-        steps = [("netns", "add", ns_b), ("link", "add", if_a, "type", "veth", "peer", "name", if_b),
-                 ("link", "set", if_a, "netns", ns_a), ("link", "set", if_b, "netns", ns_b),
-                 ("-n", ns_a, "addr", "add", f"{LEADER_IP}/24", "dev", if_a),
-                 ("-n", ns_b, "addr", "add", f"{WORKER_IP}/24", "dev", if_b),
-                 ("-n", ns_a, "link", "set", if_a, "up"), ("-n", ns_b, "link", "set", if_b, "up"),
-                 ("-n", ns_a, "link", "set", "lo", "up"), ("-n", ns_b, "link", "set", "lo", "up")]
+        steps = [
+            ("netns", "add", ns_b),
+            ("link", "add", if_a, "type", "veth", "peer", "name", if_b),
+            ("link", "set", if_a, "netns", ns_a),
+            ("link", "set", if_b, "netns", ns_b),
+            ("-n", ns_a, "addr", "add", f"{LEADER_IP}/24", "dev", if_a),
+            ("-n", ns_b, "addr", "add", f"{WORKER_IP}/24", "dev", if_b),
+            ("-n", ns_a, "link", "set", if_a, "up"),
+            ("-n", ns_b, "link", "set", if_b, "up"),
+            ("-n", ns_a, "link", "set", "lo", "up"),
+            ("-n", ns_b, "link", "set", "lo", "up"),
+        ]
         for step in steps:
             done = ip(*step)
             if done.returncode != 0:
@@ -54,14 +60,49 @@ def test_group_over_a_veth_network_equals_one_process(two_hosts):
     (ns_a, if_a), (ns_b, if_b) = two_hosts
     env = child_env()
     worker = subprocess.Popen(
-        ["ip", "netns", "exec", ns_b, sys.executable, "-m", "tenor.dist.worker", "--group-size", "2",
-         "--group-rank", "1", "--group-leader", f"{LEADER_IP}:{PORT}", "--join-timeout", "60"],
-        cwd=REPO_ROOT, env={**env, "GLOO_SOCKET_IFNAME": if_b}, stderr=subprocess.PIPE, text=True)
+        [
+            "ip",
+            "netns",
+            "exec",
+            ns_b,
+            sys.executable,
+            "-m",
+            "tenor.dist.worker",
+            "--group-size",
+            "2",
+            "--group-rank",
+            "1",
+            "--group-leader",
+            f"{LEADER_IP}:{PORT}",
+            "--join-timeout",
+            "60",
+        ],
+        cwd=REPO_ROOT,
+        env={**env, "GLOO_SOCKET_IFNAME": if_b},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         leader = subprocess.run(
-            ["ip", "netns", "exec", ns_a, sys.executable, "-m", "tests.dist.group_runs", "--leader",
-             f"{LEADER_IP}:{PORT}", "--size", "2"],
-            cwd=REPO_ROOT, env={**env, "GLOO_SOCKET_IFNAME": if_a}, capture_output=True, text=True, timeout=180)
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns_a,
+                sys.executable,
+                "-m",
+                "tests.dist.group_runs",
+                "--leader",
+                f"{LEADER_IP}:{PORT}",
+                "--size",
+                "2",
+            ],
+            cwd=REPO_ROOT,
+            env={**env, "GLOO_SOCKET_IFNAME": if_a},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert leader.returncode == 0, leader.stderr
         assert worker.wait(30) == 0, worker.stderr.read()
     finally:
