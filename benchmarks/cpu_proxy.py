@@ -5,7 +5,9 @@ and torch, oneDNN, FBGEMM and MKL are held to its instructions. Two CPUs (--isa)
 - avx2: AVX2 + FMA only (Haswell): no AVX-512, VNNI or AMX;
 - avx512: Cascade Lake: AVX-512 F/CD/BW/DQ/VL + AVX512-VNNI, no bf16, AMX or AVX-VNNI.
 
-A proxy for the code paths only: the memory system and the clock stay this host's.
+Every Python process it starts runs narrowed too (group workers, the model servers an
+integration test starts: benchmarks/proxy_site/sitecustomize.py). A proxy for the code paths
+only: the memory system and the clock stay this host's.
 
     python benchmarks/cpu_proxy.py [--isa avx2|avx512] serve [flags]   # any tenor command line
     python benchmarks/step_profile.py --as-cpu avx512 ...              # in process
@@ -82,16 +84,32 @@ def narrow_cpuinfo(text: str, isa: str = "avx2") -> str:
     return "\n".join(lines)
 
 
+# Holds a sitecustomize.py that narrows every child Python process the same way (see there).
+CHILDREN_SITE = Path(__file__).resolve().parent / "proxy_site"
+
+
+def _environment(isa: str) -> dict[str, str]:
+    """The variables a process narrowed to `isa` runs with: the profile's, and what makes its
+    child Python processes narrow themselves."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(CHILDREN_SITE) not in paths:
+        paths.insert(0, str(CHILDREN_SITE))
+    return {**profile(isa).env, "TENOR_PROXY_ISA": isa, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def narrow_to(isa: str) -> None:
     """Re-runs this process with the libraries held to `isa` if it is not yet (they read the
-    variables once, at start), then narrows tenor's CPU detection and kernel build. Call before
-    any engine starts."""
-    chosen = profile(isa)
-    if any(os.environ.get(k) != v for k, v in chosen.env.items()):
-        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **chosen.env})
+    variables once, at start), then narrows tenor's CPU detection and kernel build, here and in
+    every Python process it starts. Call before any engine starts."""
+    chosen, wanted = profile(isa), _environment(isa)
+    if any(os.environ.get(k) != v for k, v in wanted.items()):
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **wanted})
     import tenor.hardware as hardware
     from tenor.models import native
 
+    if getattr(hardware, "proxied_isa", None) == isa:  # narrowed at start-up (proxy_site) already
+        return
+    hardware.proxied_isa = isa  # type: ignore[attr-defined]
     read = hardware._read
     hardware._read = lambda path: narrow_cpuinfo(read(path), isa) if path == "/proc/cpuinfo" else read(path)
     hardware.cpu_info.cache_clear()
