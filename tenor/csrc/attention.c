@@ -40,12 +40,15 @@ static inline __attribute__((always_inline)) float dot_f32(const float *a, const
 #if defined(__AVX512F__)
 typedef struct { __m512 v[ROW_SUM_MAX / 16]; } row_sum;
 #define ROW_SUM_LANES 16
+#define VECTOR_REGS 32
 #elif defined(__AVX2__) && defined(__FMA__)
 typedef struct { __m256 v[ROW_SUM_MAX / 8]; } row_sum;
 #define ROW_SUM_LANES 8
+#define VECTOR_REGS 16
 #else
 typedef struct { float v[ROW_SUM_MAX]; } row_sum;
 #define ROW_SUM_LANES 1
+#define VECTOR_REGS 16
 #endif
 
 static inline __attribute__((always_inline)) void row_sum_load(row_sum *acc, const float *from, int64_t n) {
@@ -183,11 +186,13 @@ static inline __attribute__((always_inline)) void chunk_scores(const float *q, c
             for (int64_t g = 0; g < G; g++) {
                 const float *qg = q + g * E;
                 __m256 dots[8];
-                for (int64_t i = 0; i < 8; i++) {
-                    __m256 acc = _mm256_setzero_ps();
-                    for (int64_t c = 0; c < E; c += 8)
-                        acc = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), _mm256_loadu_ps(rows + (h + i) * E + c), acc);
-                    dots[i] = acc;
+                for (int64_t i = 0; i < 8; i++) dots[i] = _mm256_setzero_ps();
+                /* each 8 floats of q loaded once for the 8 rows: q and the rows both as memory
+                 * operands took twice the loads, and the loads bound it */
+                for (int64_t c = 0; c < E; c += 8) {
+                    const __m256 qc = _mm256_loadu_ps(qg + c);
+                    for (int64_t i = 0; i < 8; i++)
+                        dots[i] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(rows + (h + i) * E + c), dots[i]);
                 }
                 _mm256_maskstore_ps(scores + g * stride + h, lanes, _mm256_mul_ps(sum8(dots), scaled));
             }
@@ -232,6 +237,11 @@ static inline __attribute__((always_inline)) void attend_tile(
         for (int64_t g = 0; g < G; g++) softmax_in_place(scores + (t * G + g) * max_len, len0 + t);
     /* Each head's sum lives in `out`, and in vector registers for the length of a chunk. */
     const int in_registers = E % ROW_SUM_LANES == 0 && E <= ROW_SUM_MAX;
+    /* Two sums where both fit in registers beside the rows' operands; where they do not (AVX2's
+     * sixteen ymm at head dim 64), gcc kept part of them on the stack, and every row's FMAs waited
+     * on a store and a load: one sum, whose E / 8 vectors still give the FMAs enough independent
+     * chains. */
+    const int two_sums = in_registers && 2 * (E / ROW_SUM_LANES) + 4 <= VECTOR_REGS;
     static const float zeros[ROW_SUM_MAX];
     for (int64_t t = 0; t < T; t++)
         for (int64_t e = 0; e < G * E; e++) out[t * row_stride + e] = 0.0f;
@@ -247,7 +257,7 @@ static inline __attribute__((always_inline)) void attend_tile(
                 const float *p = scores + tg * max_len + start + c0;
                 float *og = out + t * row_stride + g * E;
                 const int fetch = bits == 32 && m == CHUNK;
-                if (in_registers) { /* two sums, even and odd rows: each add waits on half as many */
+                if (two_sums) { /* two sums, even and odd rows: each add waits on half as many */
                     row_sum even, odd;
                     row_sum_load(&even, og, E);
                     row_sum_load(&odd, zeros, E);
@@ -261,6 +271,14 @@ static inline __attribute__((always_inline)) void attend_tile(
                     if (i < mt) row_sum_add(&even, bits == 8 ? p[i] * vs[slot + i] : p[i], rows + i * E, E);
                     row_sum_store(&even, og, E);
                     row_sum_add_to(&odd, og, E);
+                } else if (in_registers) {
+                    row_sum sum;
+                    row_sum_load(&sum, og, E);
+                    for (int64_t i = 0; i < mt; i++) {
+                        if (fetch && tg == 0) fetch_row(&ahead, c0 + i, E * 4);
+                        row_sum_add(&sum, bits == 8 ? p[i] * vs[slot + i] : p[i], rows + i * E, E);
+                    }
+                    row_sum_store(&sum, og, E);
                 } else {
                     for (int64_t i = 0; i < mt; i++) {
                         if (fetch && tg == 0) fetch_row(&ahead, c0 + i, E * 4);

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tenor import hugepages
 from tenor.models import native
 from tenor.models.config import RopeScaling
 from tenor.models.kernels import LinearKernel, make_kernel
@@ -227,7 +228,9 @@ class PagedKVCache:
         self.device = torch.device(device)
         slots = num_blocks * block_size
         store = torch.int8 if quantized else (kv_dtype or dtype)
-        self.kv = torch.zeros(num_layers, 2, num_kv_heads, slots, head_dim, dtype=store, device=device)
+        shape = (num_layers, 2, num_kv_heads, slots, head_dim)
+        on_cpu = self.device.type == "cpu"
+        self.kv = hugepages.zeros(shape, store) if on_cpu else torch.zeros(shape, dtype=store, device=device)
         self.scales = (
             torch.ones(num_layers, 2, num_kv_heads, slots, 1, dtype=dtype, device=device) if quantized else None
         )

@@ -1,0 +1,64 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+from tenor import hugepages
+from tenor.models.layers import PagedKVCache
+
+THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def _thp_mode() -> str | None:
+    """The bracketed choice in THP's setting ("always", "madvise" or "never"), None without THP."""
+    try:
+        text = THP_SETTING.read_text()
+    except OSError:
+        return None
+    return text[text.index("[") + 1 : text.index("]")] if "[" in text else None
+
+
+def _anon_huge_kb() -> int:
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.int8])
+def test_big_tensor_is_zeroed_writable_and_starts_on_a_huge_page(dtype):
+    shape = (3, 2, 1 << 20, 4)
+    t = hugepages.zeros(shape, dtype)
+    assert t.shape == shape and t.dtype == dtype and t.is_contiguous()
+    assert t.data_ptr() % hugepages.HUGE_PAGE == 0
+    assert not t.any()
+    t[2, 1, -1, -1] = 7  # the last element is inside the mapping
+    t[0, 0, 0, 0] = 5
+    assert t.sum().item() == 12
+
+
+def test_small_tensor_is_an_ordinary_one():
+    t = hugepages.zeros((4, 8), torch.float32)
+    assert t.shape == (4, 8) and not t.any()
+
+
+@pytest.mark.skipif(_thp_mode() not in ("always", "madvise"), reason="transparent huge pages are off or absent here")
+def test_the_kernel_backs_it_with_huge_pages():
+    before = _anon_huge_kb()
+    t = hugepages.zeros((64 << 20,), torch.uint8)
+    after = _anon_huge_kb()
+    # The kernel may fall short of free huge pages; most of 64 MB in them shows the request worked.
+    assert after - before >= 32 << 10, f"AnonHugePages grew by {after - before} kB for a 64 MB tensor"
+    del t
+
+
+def test_cpu_kv_cache_lives_in_huge_pages_and_reads_back_what_was_written():
+    cache = PagedKVCache(4, 1024, 16, 2, 64, torch.float32, kv_dtype=torch.bfloat16)  # 32 MB
+    assert cache.kv.data_ptr() % hugepages.HUGE_PAGE == 0
+    k, v = torch.randn(3, 2, 64), torch.randn(3, 2, 64)
+    slots = torch.tensor([5, 100, 8000])
+    cache.write(1, slots, k, v)
+    got_k, got_v = cache.read(1, slots)  # [K, L, E]
+    torch.testing.assert_close(got_k, k.bfloat16().float().transpose(0, 1))
+    torch.testing.assert_close(got_v, v.bfloat16().float().transpose(0, 1))
+    assert not cache.kv[0].any() and not cache.kv[2:].any()  # the other layers untouched
