@@ -36,6 +36,8 @@ def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         pass  # refused (THP off or unsupported): ordinary pages, fresh from the kernel, so zero
     whole = torch.frombuffer(region, dtype=torch.uint8)  # holds `region` for the tensor's life
     start = -whole.data_ptr() % HUGE_PAGE
-    # Touched now, as torch.zeros would: left to fault while serving, each first touch of a huge
-    # page stalled a step on the kernel's zeroing and compaction.
-    return whole[start : start + nbytes].zero_().view(dtype).view(shape)
+    tensor = whole[start : start + nbytes]
+    # A byte of each page touched now (the kernel zeroes the rest): left to fault while serving,
+    # each first touch of a huge page stalled a step on the kernel's zeroing and compaction.
+    tensor[::4096].zero_()
+    return tensor.view(dtype).view(shape)
