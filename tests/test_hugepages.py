@@ -62,3 +62,29 @@ def test_cpu_kv_cache_lives_in_huge_pages_and_reads_back_what_was_written():
     torch.testing.assert_close(got_k, k.bfloat16().float().transpose(0, 1))
     torch.testing.assert_close(got_v, v.bfloat16().float().transpose(0, 1))
     assert not cache.kv[0].any() and not cache.kv[2:].any()  # the other layers untouched
+
+
+def test_keep_copies_big_weights_into_shared_huge_page_regions_without_overlap():
+    a, b = torch.randn(300, 576), torch.randint(0, 16, (384, 18, 256), dtype=torch.uint8)
+    kept_a, kept_b = hugepages.keep(a), hugepages.keep(b)
+    assert torch.equal(kept_a, a) and torch.equal(kept_b, b)
+    assert kept_a.is_contiguous() and kept_b.is_contiguous()
+    assert kept_a.data_ptr() != a.data_ptr() and kept_a.data_ptr() % hugepages.ALIGN == 0
+    end_a = kept_a.data_ptr() + a.numel() * 4
+    assert kept_b.data_ptr() >= end_a or kept_b.data_ptr() + b.numel() <= kept_a.data_ptr()
+    a.zero_()
+    assert kept_a.abs().sum() > 0  # a copy, not the original
+
+
+def test_keep_leaves_small_and_strided_inputs_right():
+    small = torch.randn(8, 8)
+    assert hugepages.keep(small) is small
+    strided = torch.randn(600, 300).t()  # 720 KB, not contiguous
+    kept = hugepages.keep(strided)
+    assert kept.is_contiguous() and torch.equal(kept, strided)
+
+
+def test_a_weight_bigger_than_a_region_gets_its_own():
+    big = torch.ones(hugepages.REGION_BYTES // 4 + 1024)
+    kept = hugepages.keep(big)
+    assert torch.equal(kept, big) and kept.data_ptr() % hugepages.HUGE_PAGE == 0

@@ -33,6 +33,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from tenor import hugepages
 from tenor.models import native
 
 WEIGHT_FORMATS = ("dense", "fp16", "int8", "int8a8")
@@ -246,7 +247,7 @@ class Int8BlockKernel(DecodeKernel):
         else:
             batched = Int8GemmKernel(native.int8_gemm_pack(decode_q, steps, offsets), bias)
         super().__init__(batched, weight.shape[0], bias)
-        self.bits, self.q, self.scales, self.offsets = bits, decode_q, steps, offsets
+        self.bits, self.q, self.scales, self.offsets = bits, *(hugepages.keep(t) for t in (decode_q, steps, offsets))
 
 
 class Fp16DecodeKernel(DecodeKernel):

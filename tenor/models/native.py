@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from tenor import hugepages
+
 log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
@@ -401,7 +403,8 @@ def int8_gemm_pack(levels: torch.Tensor, steps: torch.Tensor, offsets: torch.Ten
     # [tile, output, block, step, input] -> [tile, block, step, output, input]
     grouped = levels.view(torch.uint8).reshape(tiles, 8, blocks, 32 // inputs, inputs).permute(0, 2, 3, 1, 4)
     by_tile = [t.reshape(tiles, 8, blocks).transpose(1, 2).contiguous().float() for t in (steps, offsets)]
-    return Int8GemmWeights(grouped.reshape(tiles, blocks, 256).contiguous(), bits, by_tile[0], by_tile[1])
+    steps, offsets = (hugepages.keep(t) for t in by_tile)
+    return Int8GemmWeights(hugepages.keep(grouped.reshape(tiles, blocks, 256)), bits, steps, offsets)
 
 
 def int8_gemm(x: torch.Tensor, weights: Int8GemmWeights, bias: torch.Tensor | None) -> torch.Tensor:
