@@ -38,7 +38,12 @@ def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     if nbytes < MIN_BYTES or advise is None:
         return torch.zeros(shape, dtype=dtype)
     # A huge page covers only a 2 MB-aligned 2 MB range: map one page more and start at a boundary.
-    region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError as exc:  # as torch's allocator would say it, not as a bare errno
+        raise MemoryError(
+            f"cannot allocate {nbytes / 2**30:.2f} GiB for a {list(shape)} tensor: {exc.strerror}"
+        ) from exc
     try:
         region.madvise(advise)  # before the first touch, so the faults take huge pages
     except OSError:

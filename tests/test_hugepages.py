@@ -88,3 +88,8 @@ def test_a_weight_bigger_than_a_region_gets_its_own():
     big = torch.ones(hugepages.REGION_BYTES // 4 + 1024)
     kept = hugepages.keep(big)
     assert torch.equal(kept, big) and kept.data_ptr() % hugepages.HUGE_PAGE == 0
+
+
+def test_a_tensor_past_what_the_machine_can_map_is_a_memory_error_that_names_it():
+    with pytest.raises(MemoryError, match=r"cannot allocate .* GiB for a \[1099511627776, 1024\] tensor"):
+        hugepages.zeros((1 << 40, 1 << 10), torch.uint8)  # 1 EiB
