@@ -5,10 +5,12 @@ shapes) from wherever the block manager put them, so with 4 KB pages nearly ever
 TLB miss and a page walk, and the hardware prefetchers stop at every page. Linux gives a process
 2 MB pages where it asks (`MADV_HUGEPAGE`) when /sys/kernel/mm/transparent_hugepage/enabled is
 `madvise`, the common default, or `always`. torch's allocator asks only under the
-THP_MEM_ALLOC_ENABLE environment variable, for every allocation, so tenor asks for the cache alone.
+THP_MEM_ALLOC_ENABLE environment variable, for every allocation, so tenor asks for its two big,
+long-lived kinds of tensor alone: the cache (`zeros`) and the block weights (`keep`).
 
-The block weights' kernels read each matrix in tiles of a few KB, a page or two apiece, so at 32
-streams their GEMMs took 0.97x the time with the weights in huge pages (as AVX2 code on a Zen 4).
+The block weights' kernels read each matrix in tiles of a few KB, a page or two apiece: the
+default model's linears took 0.975-0.99x the time with their weights in huge pages (on a Zen 4,
+benchmarks/hugepages_ab.py).
 A weight is 0.5-2 MB, less than a huge page's worth of TLB reach each, so `keep` packs them into
 shared regions.
 
@@ -58,9 +60,9 @@ def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 
 class _Regions:
-    """Huge-page regions carved front to back for tensors that live as long as their model: the
-    last region's unused tail is all that is held beyond them; a region goes back to the kernel when
-    the last tensor in it does."""
+    """Huge-page regions carved front to back for tensors that live as long as their model. A
+    region goes back to the kernel when the last tensor in it does; beyond the tensors, only the
+    region being carved (REGION_BYTES) stays held."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # models load on the model server's worker threads
