@@ -3,8 +3,8 @@
 A `LocationWatcher` keeps a `Replicas` set current from the admin's WatchLoc stream in a
 background thread. While the admin is away (failover) it keeps the last known set, since
 the model servers usually still serve. `call_with_retry` picks replicas round-robin and,
-on UNAVAILABLE, RESOURCE_EXHAUSTED or NOT_FOUND (a replica that just went away), tries
-another one after a growing backoff, until the caller's deadline.
+on UNAVAILABLE, RESOURCE_EXHAUSTED, NOT_FOUND or CANCELLED (a replica that just went away,
+or one that is going), tries another one after a growing backoff, until the caller's deadline.
 """
 
 from __future__ import annotations
@@ -26,8 +26,16 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
+# CANCELLED: a model server that is shutting down (its group lost a rank, or it was told to stop)
+# cancels the calls still running when its grace period ends. The client never cancels a call it
+# waits on here (a stream is retried only before its first message), so the cancel is the server's.
 RETRYABLE_CODES = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.NOT_FOUND}
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.CANCELLED,
+    }
 )
 
 

@@ -61,7 +61,13 @@ class Servers:
 
 
 @pytest.mark.parametrize(
-    "code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.NOT_FOUND]
+    "code",
+    [
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.CANCELLED,  # a server shutting down cancels what it still runs
+    ],
 )
 def test_retryable_error_is_retried_on_the_other_replica(code):
     clock = FakeClock()
