@@ -37,6 +37,9 @@
  * few dozen rows), while the chunk's x stays in L2 (48 rows of 1536 int16: 147 KB). 48 rows against
  * 24 (x in L1): the LM head at 32 rows 1.2-1.4x faster, at 256 1.7x on AVX2; the rest the same. */
 #define ROW_CHUNK 48
+/* quantize_rows lays x out by tiles of TILE_ROWS rows from row 0, and each chunk's tiles must be
+ * those tiles (with 5-row tiles, 48-row chunks read x from the wrong places) */
+_Static_assert(ROW_CHUNK % TILE_ROWS == 0, "ROW_CHUNK must be a whole number of tiles");
 /* The step loops below are unrolled (`#pragma GCC unroll`): left as loops, gcc rotated the rows'
  * accumulators through register copies and the stack at every step. Unrolled,
  * on a Zen 5: 4-bit levels against int8 x 0.65-0.78x the time, 8-bit against int16 x 0.65-0.78x
