@@ -2,17 +2,16 @@
 
 Decode attention reads each sequence's KV blocks (2 KB a head in bf16 at the default model's
 shapes) from wherever the block manager put them, so with 4 KB pages nearly every block costs a
-TLB miss and a page walk, and the hardware prefetchers stop at every page. Linux gives a process
-2 MB pages where it asks (`MADV_HUGEPAGE`) when /sys/kernel/mm/transparent_hugepage/enabled is
-`madvise`, the common default, or `always`. torch's allocator asks only under the
-THP_MEM_ALLOC_ENABLE environment variable, for every allocation, so tenor asks for its two big,
-long-lived kinds of tensor alone: the cache (`zeros`) and the block weights (`keep`).
+TLB miss and a page walk. Linux gives a process 2 MB pages where it asks (`MADV_HUGEPAGE`) when
+/sys/kernel/mm/transparent_hugepage/enabled is `madvise`, the common default, or `always`.
+torch's allocator asks only under the THP_MEM_ALLOC_ENABLE environment variable, for every
+allocation, so tenor asks for its two big, long-lived kinds of tensor alone: the cache (`zeros`)
+and the block weights (`keep`).
 
 The block weights' kernels read each matrix in tiles of a few KB, a page or two apiece: the
 default model's linears took 0.975-0.99x the time with their weights in huge pages (on a Zen 4,
-benchmarks/hugepages_ab.py).
-A weight is 0.5-2 MB, less than a huge page's worth of TLB reach each, so `keep` packs them into
-shared regions.
+benchmarks/hugepages_ab.py). A weight is 0.5-2 MB, less than a huge page's worth of TLB reach
+each, so `keep` packs them into shared regions.
 
 Where huge pages are not to be had (another OS, THP `never`, a kernel that refuses), the tensor
 is the same, in ordinary pages.
@@ -35,7 +34,7 @@ ALIGN = 64  # a cache line: each kept tensor starts on one
 
 def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """A zeroed CPU tensor of `shape` and `dtype`, in huge pages where the kernel grants them."""
-    nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+    nbytes = math.prod(shape) * dtype.itemsize
     advise = getattr(mmap, "MADV_HUGEPAGE", None)
     if nbytes < MIN_BYTES or advise is None:
         return torch.zeros(shape, dtype=dtype)

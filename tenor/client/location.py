@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-# CANCELLED: a model server that is shutting down (its group lost a rank, or it was told to stop)
-# cancels the calls still running when its grace period ends. The client never cancels a call it
-# waits on here (a stream is retried only before its first message), so the cancel is the server's.
+# CANCELLED: a model server leaving the cell answered a call in flight so when its group lost a
+# rank (tests/integration/test_cell_group.py; which server path sends it is not pinned down: a
+# plain grpc.aio stop answers UNAVAILABLE). The client never cancels a call it waits on here (a
+# stream is retried only before its first message), so the cancel is the server's.
 RETRYABLE_CODES = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
