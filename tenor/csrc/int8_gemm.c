@@ -24,9 +24,10 @@
 
 #include "kernels.h"
 
-/* Rows of the batch a tile computes at once: six rows' two accumulators each, a step's weights
- * and x's broadcast fit AVX2's sixteen registers; twelve rows AVX-512's thirty-two (each step's
- * weights then serve twice the rows). */
+/* Rows of the batch a tile computes at once. AVX2: six rows of a pair of tiles, whose twelve sums,
+ * a step's two level registers and x's broadcast fill the sixteen registers (a single tile, the
+ * last of an odd count, keeps its float sums there too). AVX-512: twelve rows in thirty-two
+ * registers (each step's weights then serve twice the rows). */
 #ifdef __AVX512F__
 #define TILE_ROWS 12
 #else
@@ -45,13 +46,16 @@ _Static_assert(ROW_CHUNK % TILE_ROWS == 0, "ROW_CHUNK must be a whole number of 
  * on a Zen 5: 4-bit levels against int8 x 0.65-0.78x the time, 8-bit against int16 x 0.65-0.78x
  * (AVX-512) and 0.82x (AVX2); AVX2's 4-bit loop the same. */
 
-/* Block b of the next unit (its `tiles` tiles: levels, steps and offsets, which start `tiles` tiles
- * past this unit's `steps` and `offsets`), fetched while this unit's first rows work on block b:
- * each tile's levels (nb * 256 bytes) and steps span pages, where the hardware prefetchers stop,
- * so at a few dozen rows every tile began with stalls on memory. */
-static inline __attribute__((always_inline)) void fetch_next_unit(const uint8_t *levels, const float *steps,
-                                                                  const float *offsets, int64_t b, int64_t nb,
-                                                                  int tiles) {
+/* Block b of a later unit's `tiles` tiles of levels (from `levels`), and of the next unit's steps and
+ * offsets (which start `tiles` tiles past this unit's `steps` and `offsets`), fetched while this
+ * call works on its own block b. Each tile's levels (nb * 256 bytes) and steps span pages, where
+ * the hardware prefetchers stop, so at a few dozen rows every tile began with stalls on memory.
+ * A chunk's first row tile fetches the next unit's levels, its second those of the unit after.
+ * Both fetch the next unit's steps: the levels pass through L1 in between. With pairs of tiles,
+ * fetching the next unit alone left a weight streamed from memory (the LM head's 28 MB)
+ * 1.03-1.06x slower than single tiles; this, 0.99-1.02x (its steps fetched once, 1.03-1.04x). */
+static inline __attribute__((always_inline)) void fetch_ahead(const uint8_t *levels, const float *steps,
+                                                              const float *offsets, int64_t b, int64_t nb, int tiles) {
     for (int t = 0; t < tiles; t++) {
         for (int line = 0; line < 256; line += 64) __builtin_prefetch(levels + (t * nb + b) * 256 + line);
         if (b % 2 == 0) { /* a line holds two blocks' 8 steps */
@@ -262,7 +266,7 @@ static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, c
     __m256 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        if (ahead) fetch_next_unit(ahead, steps, offsets, b, nb, 1);
+        if (ahead) fetch_ahead(ahead, steps, offsets, b, nb, 1);
         __m256i dots[TILE_ROWS];
         if (bits == 8)
             block_dots16(wt + b * 256, xq + b * 64 * R, R, dots);
@@ -281,6 +285,7 @@ static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, c
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define WIDE_512 1
 /* AVX-512 with VNNI (Cascade Lake, Ice Lake and later Xeons; Zen 4): two neighbouring tiles (16
  * outputs, contiguous in `out`) in one 512-bit register, tile `a`'s outputs in the low half, so
  * each instruction does twice the work of the 256-bit one's; the layout stays the same. */
@@ -335,7 +340,7 @@ static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *
     __m512 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        if (ahead) fetch_next_unit(ahead, steps, offsets, b, nb, 2);
+        if (ahead) fetch_ahead(ahead, steps, offsets, b, nb, 2);
         __m512i dots[TILE_ROWS];
         block_dots_wide(wt + b * 256, wt + next + b * 256, xq + b * (bits == 8 ? 64 : 32) * R, R, bits, dots);
         const __m512 step = two_halves_ps(steps + b * 8, steps + next_steps + b * 8);
@@ -348,6 +353,97 @@ static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *
     }
     const __m512 add = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
     for (int64_t r = 0; r < R; r++) _mm512_storeu_ps(out + r * OUT, _mm512_add_ps(acc[r], add));
+}
+#elif defined(__AVX2__)
+/* AVX2: two neighbouring tiles a row, in two registers. Each broadcast of x then serves both tiles'
+ * levels, and each row's x step and sum both epilogues: an AVX2 core issues about four vector
+ * instructions a cycle, and one tile's loop spent more of them on broadcasts and epilogues than on
+ * multiply-adds. On a Zen 4 built for Haswell, one thread: 0.89-0.93x the time of one tile at 12-48
+ * rows; the LM head's int16 x the same. Six rows' twelve sums, the step's two level registers and
+ * x's broadcast fill the sixteen registers; the float sums live on the stack between blocks. */
+#define WIDE_TILES 1
+
+/* block_dots and block_dots16 for tiles a and b at once: dots[2r] tile a's, dots[2r + 1] tile b's.
+ * Without VNNI each product adds straight into the row's int16 sums (the bounds are block_dots'). */
+static inline __attribute__((always_inline)) void block_dots_pair(const uint8_t *wa, const uint8_t *wb,
+                                                                  const uint8_t *xb, int64_t R, int64_t bits,
+                                                                  __m256i *dots) {
+    for (int64_t r = 0; r < 2 * R; r++) dots[r] = _mm256_setzero_si256();
+    if (bits == 4) {
+#pragma GCC unroll 8
+        for (int step = 0; step < 8; step++) {
+            const __m256i la = _mm256_loadu_si256((const __m256i *)(wa + 32 * step));
+            const __m256i lb = _mm256_loadu_si256((const __m256i *)(wb + 32 * step));
+            for (int64_t r = 0; r < R; r++) {
+                int32_t x4;
+                __builtin_memcpy(&x4, xb + 4 * (R * step + r), 4);
+                const __m256i xv = _mm256_set1_epi32(x4);
+#if VNNI
+                dots[2 * r] = DPBUSD(dots[2 * r], la, xv);
+                dots[2 * r + 1] = DPBUSD(dots[2 * r + 1], lb, xv);
+#else
+                dots[2 * r] = _mm256_add_epi16(dots[2 * r], _mm256_maddubs_epi16(la, xv));
+                dots[2 * r + 1] = _mm256_add_epi16(dots[2 * r + 1], _mm256_maddubs_epi16(lb, xv));
+                __asm__("" : "+x"(dots[2 * r]), "+x"(dots[2 * r + 1])); /* as in block_dots */
+#endif
+            }
+        }
+#if !VNNI
+        for (int64_t r = 0; r < 2 * R; r++) dots[r] = _mm256_madd_epi16(dots[r], _mm256_set1_epi16(1));
+#endif
+        return;
+    }
+#pragma GCC unroll 16
+    for (int step = 0; step < 16; step++) {
+        const __m256i la = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wa + 16 * step)));
+        const __m256i lb = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + 16 * step)));
+        for (int64_t r = 0; r < R; r++) {
+            int32_t x2;
+            __builtin_memcpy(&x2, xb + 4 * (R * step + r), 4);
+            const __m256i xv = _mm256_set1_epi32(x2);
+#if VNNI
+            dots[2 * r] = DPWSSD(dots[2 * r], la, xv);
+            dots[2 * r + 1] = DPWSSD(dots[2 * r + 1], lb, xv);
+#else
+            dots[2 * r] = _mm256_add_epi32(dots[2 * r], _mm256_madd_epi16(la, xv));
+            dots[2 * r + 1] = _mm256_add_epi32(dots[2 * r + 1], _mm256_madd_epi16(lb, xv));
+            __asm__("" : "+x"(dots[2 * r]), "+x"(dots[2 * r + 1]));
+#endif
+        }
+    }
+}
+
+/* gemm_tile for tiles a and b = a + 1 (nb * 256 bytes of levels and nb * 8 steps apart). */
+static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *wt, const float *steps,
+                                                                 const float *offsets, const uint8_t *xq,
+                                                                 const float *xd, const float *xsum, const float *bias,
+                                                                 float *out, int64_t R, int64_t bits, int64_t nb,
+                                                                 int64_t OUT, const uint8_t *ahead) {
+    const int64_t next = nb * 256, next_steps = nb * 8;
+    __m256 acc[2 * TILE_ROWS];
+    for (int64_t r = 0; r < 2 * R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        if (ahead) fetch_ahead(ahead, steps, offsets, b, nb, 2);
+        __m256i dots[2 * TILE_ROWS];
+        block_dots_pair(wt + b * 256, wt + next + b * 256, xq + b * (bits == 8 ? 64 : 32) * R, R, bits, dots);
+        const __m256 step_a = _mm256_loadu_ps(steps + b * 8), step_b = _mm256_loadu_ps(steps + next_steps + b * 8);
+        const __m256 offset_a = _mm256_loadu_ps(offsets + b * 8);
+        const __m256 offset_b = _mm256_loadu_ps(offsets + next_steps + b * 8);
+        for (int64_t r = 0; r < R; r++) {
+            const __m256 x_step = _mm256_set1_ps(xd[b * R + r]), x_sum = _mm256_set1_ps(xsum[b * R + r]);
+            __m256 a = acc[2 * r], c = acc[2 * r + 1];
+            a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[2 * r]), _mm256_mul_ps(step_a, x_step), a);
+            c = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[2 * r + 1]), _mm256_mul_ps(step_b, x_step), c);
+            acc[2 * r] = _mm256_fmadd_ps(offset_a, x_sum, a);
+            acc[2 * r + 1] = _mm256_fmadd_ps(offset_b, x_sum, c);
+        }
+    }
+    const __m256 add_a = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+    const __m256 add_b = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+    for (int64_t r = 0; r < R; r++) {
+        _mm256_storeu_ps(out + r * OUT, _mm256_add_ps(acc[2 * r], add_a));
+        _mm256_storeu_ps(out + r * OUT + 8, _mm256_add_ps(acc[2 * r + 1], add_b));
+    }
 }
 #else
 #define WIDE_TILES 0
@@ -429,7 +525,7 @@ static void gemm_rows(const uint8_t *wt, const float *steps, const float *offset
 /* The width in bits of this build's vector path: 512 (AVX-512 with VNNI), 256 (AVX2), or 0 (the
  * portable path only). tenor chooses the kernel only where it pays (kernels.int8_gemm_applies). */
 int64_t tenor_int8_gemm_simd(void) {
-#if WIDE_TILES
+#ifdef WIDE_512
     return 512;
 #elif defined(__AVX2__)
     return 256;
@@ -457,11 +553,12 @@ void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const f
             const int64_t t = u * per_unit, pair = per_unit == 2 && t + 1 < tiles;
             const uint8_t *wt = w + t * nb * 256;
             const float *st = steps + t * nb * 8, *ot = offsets + t * nb * 8, *bt = bias ? bias + 8 * t : NULL;
-            const uint8_t *next_unit = u + 1 < units ? wt + per_unit * nb * 256 : NULL;
-            for (int64_t r = chunk; r < chunk_end; r += TILE_ROWS) {
+            for (int64_t k = 0, r = chunk; r < chunk_end; k++, r += TILE_ROWS) {
                 const int64_t rows = chunk_end - r < TILE_ROWS ? chunk_end - r : TILE_ROWS;
+                /* row tile 0 fetches the next unit, row tile 1 the levels of the one after */
+                const uint8_t *ahead = k < 2 && u + 1 + k < units ? wt + (1 + k) * per_unit * nb * 256 : NULL;
                 gemm_rows(wt, st, ot, xq + r * IN * es, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows,
-                          bits, nb, OUT, (int)pair, r == chunk ? next_unit : NULL);
+                          bits, nb, OUT, (int)pair, ahead);
             }
         }
     }
