@@ -53,7 +53,8 @@ _Static_assert(ROW_CHUNK % TILE_ROWS == 0, "ROW_CHUNK must be a whole number of 
  * A chunk's first row tile fetches the next unit's levels, its second those of the unit after.
  * Both fetch the next unit's steps: the levels pass through L1 in between. With pairs of tiles,
  * fetching the next unit alone left a weight streamed from memory (the LM head's 28 MB)
- * 1.03-1.06x slower than single tiles; this, 0.99-1.02x (its steps fetched once, 1.03-1.04x). */
+ * 1.03-1.06x slower than single tiles on AVX2; this, the default model's 8-bit LM head 0.99-1.02x
+ * (its steps fetched once, 1.02x), a 4-bit one 1.02-1.06x. */
 static inline __attribute__((always_inline)) void fetch_ahead(const uint8_t *levels, const float *steps,
                                                               const float *offsets, int64_t b, int64_t nb, int tiles) {
     for (int t = 0; t < tiles; t++) {
