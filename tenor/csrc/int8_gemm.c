@@ -364,8 +364,22 @@ static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *
  * x's broadcast fill the sixteen registers; the float sums live on the stack between blocks. */
 #define WIDE_TILES 1
 
-/* block_dots and block_dots16 for tiles a and b at once: dots[2r] tile a's, dots[2r + 1] tile b's.
- * Without VNNI each product adds straight into the row's int16 sums (the bounds are block_dots'). */
+/* One step of one row into both tiles' sums d[0], d[1]: levels la, lb against x's broadcast xv
+ * (bits 4: unsigned levels against int8 x, into int16 sums without VNNI, whose bounds are
+ * block_dots'; bits 8: int16 levels against int16 x, into int32 sums). */
+static inline __attribute__((always_inline)) void pair_step(__m256i *d, __m256i la, __m256i lb, __m256i xv,
+                                                            int64_t bits) {
+#if VNNI
+    d[0] = bits == 4 ? DPBUSD(d[0], la, xv) : DPWSSD(d[0], la, xv);
+    d[1] = bits == 4 ? DPBUSD(d[1], lb, xv) : DPWSSD(d[1], lb, xv);
+#else
+    d[0] = bits == 4 ? _mm256_add_epi16(d[0], _mm256_maddubs_epi16(la, xv)) : _mm256_add_epi32(d[0], _mm256_madd_epi16(la, xv));
+    d[1] = bits == 4 ? _mm256_add_epi16(d[1], _mm256_maddubs_epi16(lb, xv)) : _mm256_add_epi32(d[1], _mm256_madd_epi16(lb, xv));
+    __asm__("" : "+x"(d[0]), "+x"(d[1])); /* as in block_dots */
+#endif
+}
+
+/* block_dots and block_dots16 for tiles a and b at once: dots[2r] tile a's, dots[2r + 1] tile b's. */
 static inline __attribute__((always_inline)) void block_dots_pair(const uint8_t *wa, const uint8_t *wb,
                                                                   const uint8_t *xb, int64_t R, int64_t bits,
                                                                   __m256i *dots) {
@@ -378,15 +392,7 @@ static inline __attribute__((always_inline)) void block_dots_pair(const uint8_t 
             for (int64_t r = 0; r < R; r++) {
                 int32_t x4;
                 __builtin_memcpy(&x4, xb + 4 * (R * step + r), 4);
-                const __m256i xv = _mm256_set1_epi32(x4);
-#if VNNI
-                dots[2 * r] = DPBUSD(dots[2 * r], la, xv);
-                dots[2 * r + 1] = DPBUSD(dots[2 * r + 1], lb, xv);
-#else
-                dots[2 * r] = _mm256_add_epi16(dots[2 * r], _mm256_maddubs_epi16(la, xv));
-                dots[2 * r + 1] = _mm256_add_epi16(dots[2 * r + 1], _mm256_maddubs_epi16(lb, xv));
-                __asm__("" : "+x"(dots[2 * r]), "+x"(dots[2 * r + 1])); /* as in block_dots */
-#endif
+                pair_step(dots + 2 * r, la, lb, _mm256_set1_epi32(x4), 4);
             }
         }
 #if !VNNI
@@ -401,15 +407,7 @@ static inline __attribute__((always_inline)) void block_dots_pair(const uint8_t 
         for (int64_t r = 0; r < R; r++) {
             int32_t x2;
             __builtin_memcpy(&x2, xb + 4 * (R * step + r), 4);
-            const __m256i xv = _mm256_set1_epi32(x2);
-#if VNNI
-            dots[2 * r] = DPWSSD(dots[2 * r], la, xv);
-            dots[2 * r + 1] = DPWSSD(dots[2 * r + 1], lb, xv);
-#else
-            dots[2 * r] = _mm256_add_epi32(dots[2 * r], _mm256_madd_epi16(la, xv));
-            dots[2 * r + 1] = _mm256_add_epi32(dots[2 * r + 1], _mm256_madd_epi16(lb, xv));
-            __asm__("" : "+x"(dots[2 * r]), "+x"(dots[2 * r + 1]));
-#endif
+            pair_step(dots + 2 * r, la, lb, _mm256_set1_epi32(x2), 8);
         }
     }
 }
