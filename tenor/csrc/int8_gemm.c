@@ -359,9 +359,10 @@ static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *
 /* AVX2: two neighbouring tiles a row, in two registers. Each broadcast of x then serves both tiles'
  * levels, and each row's x step and sum both epilogues: an AVX2 core issues about four vector
  * instructions a cycle, and one tile's loop spent more of them on broadcasts and epilogues than on
- * multiply-adds. On a Zen 4 built for Haswell, one thread: 0.89-0.93x the time of one tile at 12-48
- * rows; the LM head's int16 x the same. Six rows' twelve sums, the step's two level registers and
- * x's broadcast fill the sixteen registers; the float sums live on the stack between blocks. */
+ * multiply-adds. On a Zen 4 built for Haswell (benchmarks/kernel_ab.py, 2 threads, 32-512 rows):
+ * 0.90-0.94x the time of single tiles, the default model's LM head (int16 x) 0.99-1.01x. Six
+ * rows' twelve sums, the step's two level registers and x's broadcast fill the sixteen registers;
+ * the float sums live on the stack between blocks. */
 #define WIDE_TILES 1
 
 /* One step of one row into both tiles' sums d[0], d[1]: levels la, lb against x's broadcast xv

@@ -66,7 +66,7 @@ class Servers:
         grpc.StatusCode.UNAVAILABLE,
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         grpc.StatusCode.NOT_FOUND,
-        grpc.StatusCode.CANCELLED,  # a server shutting down cancels what it still runs
+        grpc.StatusCode.CANCELLED,  # seen from a model server leaving the cell (see RETRYABLE_CODES)
     ],
 )
 def test_retryable_error_is_retried_on_the_other_replica(code):
