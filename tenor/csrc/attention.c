@@ -194,7 +194,13 @@ static inline __attribute__((always_inline)) void chunk_scores(const float *q, c
                     for (int64_t i = 0; i < 8; i++)
                         dots[i] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(rows + (h + i) * E + c), dots[i]);
                 }
-                _mm256_maskstore_ps(scores + g * stride + h, lanes, _mm256_mul_ps(sum8(dots), scaled));
+                const __m256 row_scores = _mm256_mul_ps(sum8(dots), scaled);
+                /* a masked store only for a partial half: on AMD cores vmaskmovps to memory is
+                 * microcoded, and one for each head and half of every chunk held decode attention */
+                if (live == 8)
+                    _mm256_storeu_ps(scores + g * stride + h, row_scores);
+                else
+                    _mm256_maskstore_ps(scores + g * stride + h, lanes, row_scores);
             }
         }
         return;
@@ -292,6 +298,8 @@ static inline __attribute__((always_inline)) void attend_tile(
     }
 }
 
+#include "decode_rows.h" /* after sum8, which it uses */
+
 /* The attention for this head dim and row width: prompt tiles where they apply, else attend_tile;
  * each unrolled for head dims 64 and 128. */
 #define ATTEND_FOR_DIM(BITS)                                                                                  \
@@ -306,6 +314,8 @@ static inline __attribute__((always_inline)) void attend_tile(
             else                                                                                              \
                 attend_prompt_tile(qb, k, v, ks, vs, BITS, blocks, T, lengths[b], H * E, ob, scores, G, E,    \
                                    block_size, h * slots, scale);                                             \
+        } else if (DECODE_ROWS && BITS == 16 && T == 1 && E == 64 && G <= DECODE_MAX_G) {                     \
+            attend_decode_bf16(qb, k, v, blocks, lengths[b], ob, scores, G, block_size, h * slots, max_len, scale); \
         } else if (E == 64)                                                                                   \
             attend_tile(qb, k, v, ks, vs, BITS, blocks, T, lengths[b], H * E, ob, scores, G, 64, block_size,  \
                         h * slots, max_len, scale);                                                           \

@@ -37,6 +37,9 @@ SOURCES = tuple(sorted(CSRC.glob("*.c")))  # compiled together; the headers besi
 _WIDE_VECTORS = ("-mprefer-vector-width=512",) if platform.machine() in ("x86_64", "AMD64") else ()
 FLAGS = ("-O3", "-march=native", *_WIDE_VECTORS, "-fopenmp", "-shared", "-fPIC", "-std=c99")
 _I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+_CType = type[ctypes._SimpleCData]
+# tenor_paged_attention's, also declared by tests that build attention.c for another CPU
+PAGED_ATTENTION_ARGTYPES: list[_CType] = [_PTR] * 5 + [_I64] + [_PTR] * 4 + [_I64] * 8 + [_F32, _I64, _I64]
 
 
 def cache_dir() -> Path:
@@ -100,7 +103,7 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tenor_silu_mul_f32.argtypes = [_PTR, _PTR, _I64, _I64, _I64]
     lib.tenor_silu_mul_bf16.argtypes = [_PTR, _PTR, _I64, _I64, _I64]
     lib.tenor_argmax_logsumexp.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _I64]
-    lib.tenor_paged_attention.argtypes = [_PTR] * 5 + [_I64] + [_PTR] * 4 + [_I64] * 8 + [_F32, _I64, _I64]
+    lib.tenor_paged_attention.argtypes = PAGED_ATTENTION_ARGTYPES
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 7
     lib.tenor_llama_layers_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 6 + [_I64] * 12 + [_F32, _I64]

@@ -1,8 +1,11 @@
 """tenor's fused float32 CPU kernels against torch's ops, and the build cache that keeps a
 binary from ever running on a CPU it was not built for."""
 
+import ctypes
 import dataclasses
+import platform
 import shutil
+import subprocess
 
 import pytest
 import torch
@@ -78,6 +81,38 @@ def test_paged_attention_matches_per_sequence_sdpa(heads, kv_heads, dim, kv_dtyp
     table = torch.randperm(num_blocks, generator=gen)[: 4 * 8].view(4, 8)  # scattered blocks
     lengths = torch.tensor([1, 16, 17, 128])  # one token, a full block, one past it, all blocks
     q = torch.randn(4, heads, dim, generator=gen)
+    out = native.paged_attention(q, *stored, table, lengths, block_size, 128, native.AttentionScratch())
+    for b, length in enumerate(lengths.tolist()):
+        slots = (table[b][:, None] * block_size + torch.arange(block_size)).reshape(-1)[:length]
+        kb = k[:, slots].repeat_interleave(heads // kv_heads, 0)
+        vb = v[:, slots].repeat_interleave(heads // kv_heads, 0)
+        expected = F.scaled_dot_product_attention(q[b][:, None], kb, vb)[:, 0]
+        assert torch.allclose(out[b], expected, atol=1e-5), f"sequence {b}"
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or platform.machine() != "x86_64", reason="needs gcc on x86-64")
+@pytest.mark.parametrize("heads, kv_heads", [(9, 3), (4, 4), (8, 2), (10, 2), (14, 2), (8, 1)])
+def test_avx2_decode_attention_over_a_bf16_cache_matches_sdpa(monkeypatch, tmp_path, heads, kv_heads):
+    """AVX2 builds read a bf16 cache for decode rows of head dim 64 their own way (decode_rows.h:
+    heads three at a time, then the one or two left; a maximum kept as the scores are stored).
+    Built for Haswell whatever this CPU is, and run where it can."""
+    missing = {"avx2", "fma", "f16c"} - hardware.cpu_info().flags
+    if missing:
+        pytest.skip(f"this CPU cannot run an AVX2 build (no {', '.join(sorted(missing))})")
+    library = tmp_path / "attention_avx2.so"
+    flags = [f for f in native.FLAGS if f not in ("-march=native", "-mprefer-vector-width=512")] + ["-march=haswell"]
+    subprocess.run(["gcc", *flags, "-o", str(library), str(native.CSRC / "attention.c"), "-lm"], check=True)
+    lib = ctypes.CDLL(str(library))
+    lib.tenor_paged_attention.argtypes = native.PAGED_ATTENTION_ARGTYPES
+    lib.tenor_paged_attention.restype = None
+    monkeypatch.setattr(native, "_built", lambda: lib)
+    gen = torch.Generator().manual_seed(6)
+    dim, block_size, num_blocks = 64, 16, 48
+    stored = [torch.randn(kv_heads, num_blocks * block_size, dim, generator=gen).bfloat16() for _ in "kv"]
+    k, v = (t.float() for t in stored)
+    table = torch.randperm(num_blocks, generator=gen)[: 6 * 8].view(6, 8)  # scattered blocks
+    lengths = torch.tensor([1, 15, 16, 17, 33, 128])  # partial halves and chunks, one block, all blocks
+    q = torch.randn(6, heads, dim, generator=gen) * 4  # scores far apart: the maximum matters
     out = native.paged_attention(q, *stored, table, lengths, block_size, 128, native.AttentionScratch())
     for b, length in enumerate(lengths.tolist()):
         slots = (table[b][:, None] * block_size + torch.arange(block_size)).reshape(-1)[:length]
