@@ -29,6 +29,7 @@ class ServerSpec:
     name: str  # "tenor", "hf", "llama.cpp"
     argv: tuple[str, ...]  # with {port} where the port goes
     ready_path: str  # 200 once the model is loaded
+    env: tuple[tuple[str, str], ...] = ()  # set over this process's environment (served_ab.py's base tree)
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,12 @@ class RunningServer:
         self.argv = [a.replace("{port}", str(self.port)) for a in spec.argv]
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, **dict(spec.env)},
             )
 
     def wait_ready(self, timeout_s: float) -> None:

@@ -161,6 +161,8 @@ static void attend_decode_bf16(const float *q, const uint16_t *k, const uint16_t
                                int64_t len, float *out, float *scores, int64_t G, int64_t block_size,
                                int64_t head_base, int64_t max_len, float scale) {
     enum { E = 64 };
+    for (int64_t e = 0; e < G * E; e++) out[e] = 0.0f;
+    if (len <= 0) return; /* no context: zeros, as attend_tile gives */
     __m256 tops[DECODE_MAX_G];
     for (int64_t g = 0; g < G; g++) tops[g] = _mm256_set1_ps(-INFINITY);
     for (int64_t nb = 0; nb < 2 && nb * block_size < len; nb++) { /* the first two blocks at once */
@@ -178,7 +180,6 @@ static void attend_decode_bf16(const float *q, const uint16_t *k, const uint16_t
     }
     float inv_total[DECODE_MAX_G];
     for (int64_t g = 0; g < G; g++) inv_total[g] = 1.0f / exp_scores(scores + g * max_len, len, lane_max(tops[g]));
-    for (int64_t e = 0; e < G * E; e++) out[e] = 0.0f;
     for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
         const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
         const block_ahead ahead = ahead_of(v, NULL, 16, blocks, nb, start, len, head_base, block_size, E);
