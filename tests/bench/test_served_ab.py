@@ -1,0 +1,40 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import served_ab
+from benchmarks.peer_servers import RunningServer, ServerSpec
+
+
+def test_a_spec_sets_its_environment_over_ours(tmp_path):
+    out = tmp_path / "seen"
+    write = (
+        "import os, pathlib; pathlib.Path(os.environ['SEEN']).write_text(os.environ['TENOR_AB'] + os.environ['HOME'])"
+    )
+    spec = ServerSpec("env", (sys.executable, "-c", write), "/", env=(("TENOR_AB", "set"), ("SEEN", str(out))))
+    server = RunningServer(spec, tmp_path / "env.log")
+    assert server.process.wait(20) == 0
+    assert out.read_text().startswith("set") and len(out.read_text()) > 3  # PATH still inherited
+
+
+def test_the_base_runs_its_own_tree_and_only_the_new_side_gets_the_setting(tmp_path, monkeypatch):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(served_ab, "default_gguf_path", lambda: gguf)
+    args = served_ab._parse_args(["--base", "HEAD~1", "--as-cpu", "avx2", "--new-env", "GOMP_SPINCOUNT=10000"])
+    specs = served_ab._specs(args, tmp_path / "base")
+    assert specs["base"].argv[1] == str(tmp_path / "base" / "benchmarks" / "cpu_proxy.py")
+    assert specs["new"].argv[1] == str(Path(served_ab.__file__).parent / "cpu_proxy.py")
+    assert specs["base"].env == (("PYTHONPATH", str(tmp_path / "base")),)
+    assert specs["new"].env == (("GOMP_SPINCOUNT", "10000"),)
+    assert specs["base"].argv[2:] == specs["new"].argv[2:]  # the same flags and model
+
+
+@pytest.mark.parametrize("argv", [["--base", "HEAD", "--rounds", "0"], ["--base", "HEAD", "--new-env", "NOEQUALS"]])
+def test_bad_arguments_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        served_ab._parse_args(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--rounds must be at least 1" in err or "--new-env takes KEY=VALUE" in err
