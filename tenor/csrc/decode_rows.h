@@ -8,9 +8,11 @@
  *   - softmax: the maximum is kept as the scores are stored, one pass takes e^(s - max) and its
  *     sum with FMAs, and the division is left to the G x 64 outputs;
  *   - V: 16 columns at a time for up to three heads, their sums in registers, each row widened as
- *     it is read.
- * On a Zen 4 built for Haswell (32 streams of 190-320 tokens, 30 layers): 0.84x the time with the
- * cache read from memory, 0.75x from L3. */
+ *     it is read;
+ *   - fetching: the K pass asks for K's and V's blocks two ahead together (V's in the V pass
+ *     left more of memory's latency exposed: 0.91x the time).
+ * On a Zen 4 built for Haswell (benchmarks/attention_ab.py's decode step: 32 streams of 190-320
+ * tokens, 30 layers): 0.82x the time with the cache read from memory, 0.70-0.74x from L3. */
 #ifndef TENOR_DECODE_ROWS_H
 #define TENOR_DECODE_ROWS_H
 
@@ -76,16 +78,19 @@ static inline __attribute__((always_inline)) float exp_scores(float *s, int64_t 
     return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)));
 }
 
-/* scores[g * max_len + start + c0 + i] = (q_g . K row i) * scale for a chunk's m rows (from `rows`),
- * each row widened into registers once for all G heads; tops[g] keeps the largest. */
+/* scores[g * max_len + c0 + i] = (q_g . K row i) * scale for a chunk's m rows (from `rows`), each
+ * row widened into registers once for all G heads; tops[g] keeps the largest. Each row asks for the
+ * same row of K's and of V's block two ahead, so that the V pass finds its rows in L2. */
 static inline __attribute__((always_inline)) void chunk_scores_bf16(const float *q, const uint16_t *rows, int64_t m,
-                                                                    int64_t G, const block_ahead *ahead, int64_t c0,
+                                                                    int64_t G, const block_ahead *k_ahead,
+                                                                    const block_ahead *v_ahead, int64_t c0,
                                                                     float scale, float *scores, int64_t max_len,
                                                                     __m256 *tops) {
     enum { E = 64 };
     __m256 dots[DECODE_MAX_G][CHUNK];
     for (int64_t i = 0; i < m; i++) {
-        fetch_row(ahead, c0 + i, E * 2);
+        fetch_row(k_ahead, c0 + i, E * 2);
+        fetch_row(v_ahead, c0 + i, E * 2);
         __m256 r[E / 8];
         for (int c = 0; c < E / 8; c++) r[c] = bf16x8(rows + i * E + 8 * c);
         for (int64_t g = 0; g < G; g++) { /* two chains of FMAs a dot */
@@ -111,7 +116,8 @@ static inline __attribute__((always_inline)) void chunk_scores_bf16(const float 
                 tops[g] = _mm256_max_ps(tops[g], s);
             } else {
                 _mm256_maskstore_ps(to, live, s);
-                tops[g] = _mm256_max_ps(tops[g], _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, _mm256_castsi256_ps(live)));
+                const __m256 seen = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, _mm256_castsi256_ps(live));
+                tops[g] = _mm256_max_ps(tops[g], seen);
             }
         }
     }
@@ -121,8 +127,7 @@ static inline __attribute__((always_inline)) void chunk_scores_bf16(const float 
  * `rows`, E apart), for GN <= 3 heads: 12 sums (even and odd rows apart, so that each FMA chain
  * waits on half as many), a row's two vectors and p's broadcast fill fifteen of the sixteen ymm. */
 static inline __attribute__((always_inline)) void v_columns(const uint16_t *rows, const float *p, int64_t max_len,
-                                                            int64_t m, float *og, const int GN,
-                                                            const block_ahead *ahead, int64_t c0, int fetch) {
+                                                            int64_t m, float *og, const int GN) {
     enum { E = 64 };
     __m256 acc[2][3][2];
     for (int g = 0; g < GN; g++) {
@@ -132,7 +137,6 @@ static inline __attribute__((always_inline)) void v_columns(const uint16_t *rows
     }
     for (int64_t i = 0; i < m; i += 2) /* the parity a constant in each half of the unrolled pair */
         for (int odd = 0; odd < 2 && i + odd < m; odd++) {
-            if (fetch) fetch_row(ahead, c0 + i + odd, E * 2);
             const __m256 x0 = bf16x8(rows + (i + odd) * E), x1 = bf16x8(rows + (i + odd) * E + 8);
             for (int g = 0; g < GN; g++) {
                 const __m256 pb = _mm256_broadcast_ss(p + g * max_len + i + odd);
@@ -146,14 +150,29 @@ static inline __attribute__((always_inline)) void v_columns(const uint16_t *rows
     }
 }
 
-/* K's last two blocks fetch V's first two, so that the V pass does not start with a stall on
- * memory (the item's first two blocks of K are asked for at once as it starts: 0.93x the time). */
-static inline __attribute__((always_inline)) block_ahead fetch_into_v(block_ahead ahead, const uint16_t *v,
-                                                                      const int64_t *blocks, int64_t nb, int64_t len,
-                                                                      int64_t head_base, int64_t block_size) {
-    const int64_t nblocks = (len + block_size - 1) / block_size, j = nb + 2 - nblocks;
-    if (!ahead.rows && j < nblocks) ahead.rows = (const char *)(v + (head_base + blocks[j] * block_size) * 64);
-    return ahead;
+/* out[g * E ..] = the weighted sums of V's first len rows for the G heads, by the e^(s - max) in
+ * scores (unnormalized). Each head's sums stay in registers for a chunk's 16 rows. */
+static inline __attribute__((always_inline)) void decode_values(const uint16_t *v, const int64_t *blocks, int64_t len,
+                                                                const float *scores, int64_t max_len, int64_t G,
+                                                                int64_t block_size, int64_t head_base, float *out) {
+    enum { E = 64 };
+    for (int64_t e = 0; e < G * E; e++) out[e] = 0.0f;
+    for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
+        const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
+        for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {
+            const int64_t m = n - c0 < CHUNK ? n - c0 : CHUNK;
+            const float *p = scores + start + c0;
+            for (int64_t col = 0; col < E; col += 16) { /* heads three at a time, then the last one or two */
+                const uint16_t *rows = v + (base + c0) * E + col;
+                int64_t g = 0;
+                for (; g + 3 <= G; g += 3) v_columns(rows, p + g * max_len, max_len, m, out + g * E + col, 3);
+                if (G - g == 2)
+                    v_columns(rows, p + g * max_len, max_len, m, out + g * E + col, 2);
+                else if (G - g == 1)
+                    v_columns(rows, p + g * max_len, max_len, m, out + g * E + col, 1);
+            }
+        }
+    }
 }
 
 /* attend_tile for one decoding row (T = 1) over a bf16 cache, head dim 64, G <= DECODE_MAX_G. */
@@ -161,44 +180,30 @@ static void attend_decode_bf16(const float *q, const uint16_t *k, const uint16_t
                                int64_t len, float *out, float *scores, int64_t G, int64_t block_size,
                                int64_t head_base, int64_t max_len, float scale) {
     enum { E = 64 };
-    for (int64_t e = 0; e < G * E; e++) out[e] = 0.0f;
-    if (len <= 0) return; /* no context: zeros, as attend_tile gives */
+    if (len <= 0) { /* no context: zeros, as attend_tile gives */
+        for (int64_t e = 0; e < G * E; e++) out[e] = 0.0f;
+        return;
+    }
+    for (int64_t nb = 0; nb < 2 && nb * block_size < len; nb++) { /* the first two blocks of K and V at once */
+        const int64_t at = (head_base + blocks[nb] * block_size) * E, rows = len - nb * block_size;
+        for (int64_t off = 0; off < (rows < block_size ? rows : block_size) * E * 2; off += 64) {
+            __builtin_prefetch((const char *)(k + at) + off, 0, 2);
+            __builtin_prefetch((const char *)(v + at) + off, 0, 2);
+        }
+    }
     __m256 tops[DECODE_MAX_G];
     for (int64_t g = 0; g < G; g++) tops[g] = _mm256_set1_ps(-INFINITY);
-    for (int64_t nb = 0; nb < 2 && nb * block_size < len; nb++) { /* the first two blocks at once */
-        const char *first = (const char *)(k + (head_base + blocks[nb] * block_size) * E);
-        const int64_t rows = len - nb * block_size < block_size ? len - nb * block_size : block_size;
-        for (int64_t off = 0; off < rows * E * 2; off += 64) __builtin_prefetch(first + off, 0, 2);
-    }
     for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
         const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
-        const block_ahead ahead = fetch_into_v(ahead_of(k, NULL, 16, blocks, nb, start, len, head_base, block_size, E),
-                                               v, blocks, nb, len, head_base, block_size);
+        const block_ahead k_ahead = ahead_of(k, NULL, 16, blocks, nb, start, len, head_base, block_size, E);
+        const block_ahead v_ahead = ahead_of(v, NULL, 16, blocks, nb, start, len, head_base, block_size, E);
         for (int64_t c0 = 0; c0 < n; c0 += CHUNK)
-            chunk_scores_bf16(q, k + (base + c0) * E, n - c0 < CHUNK ? n - c0 : CHUNK, G, &ahead, c0, scale,
-                              scores + start, max_len, tops);
+            chunk_scores_bf16(q, k + (base + c0) * E, n - c0 < CHUNK ? n - c0 : CHUNK, G, &k_ahead, &v_ahead, c0,
+                              scale, scores + start, max_len, tops);
     }
     float inv_total[DECODE_MAX_G];
     for (int64_t g = 0; g < G; g++) inv_total[g] = 1.0f / exp_scores(scores + g * max_len, len, lane_max(tops[g]));
-    for (int64_t start = 0, nb = 0; start < len; start += block_size, nb++) {
-        const int64_t base = head_base + blocks[nb] * block_size, n = len - start < block_size ? len - start : block_size;
-        const block_ahead ahead = ahead_of(v, NULL, 16, blocks, nb, start, len, head_base, block_size, E);
-        for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {
-            const int64_t m = n - c0 < CHUNK ? n - c0 : CHUNK;
-            const float *p = scores + start + c0;
-            for (int64_t col = 0; col < E; col += 16) { /* heads three at a time, then the last one or two */
-                const uint16_t *rows = v + (base + c0) * E + col;
-                const int fetch = col == 0;
-                int64_t g = 0;
-                for (; g + 3 <= G; g += 3)
-                    v_columns(rows, p + g * max_len, max_len, m, out + g * E + col, 3, &ahead, c0, fetch && g == 0);
-                if (G - g == 2)
-                    v_columns(rows, p + g * max_len, max_len, m, out + g * E + col, 2, &ahead, c0, fetch && g == 0);
-                else if (G - g == 1)
-                    v_columns(rows, p + g * max_len, max_len, m, out + g * E + col, 1, &ahead, c0, fetch && g == 0);
-            }
-        }
-    }
+    decode_values(v, blocks, len, scores, max_len, G, block_size, head_base, out);
     for (int64_t g = 0; g < G; g++)
         for (int64_t e = 0; e < E; e++) out[g * E + e] *= inv_total[g];
 }
