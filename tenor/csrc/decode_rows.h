@@ -28,9 +28,10 @@ static inline __attribute__((always_inline)) __m256 bf16x8(const uint16_t *p) {
 }
 
 /* e^x for x <= 0 (a score less the maximum): fast_expf's reduction and polynomial in FMAs, whose
- * plain C form gcc does not contract under -std=c99. Below -87.3, e^-87.3. */
+ * plain C form gcc does not contract under -std=c99. Below -87.3, e^-87.3; NaN stays NaN (maxps
+ * returns its second operand where either is NaN). */
 static inline __attribute__((always_inline)) __m256 exp_nonpositive(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    x = _mm256_max_ps(_mm256_set1_ps(-87.3f), x);
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
