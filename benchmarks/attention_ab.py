@@ -4,7 +4,7 @@ touches both alike. Two workloads, the default model's shapes (9 query heads, 3 
 64, blocks of 16 scattered over the cache), 30 layers each with its own cache:
 
 - decode: 32 sequences of 190-320 cached tokens, one query row each (a 32-stream decode step; the
-  30 layers' K/V, ~70 MB in bf16, come from memory);
+  30 layers' K/V, ~190 MB in bf16, come from memory);
 - prompt: a prefill step of 512 tokens, three fresh prompts of 170, 190 and 152 tokens whose rows
   attend in tiles of native.ATTENTION_TILE.
 

@@ -3,7 +3,7 @@
  *
  * attend_tile widens each chunk of K or V rows into a float buffer that its FMAs then read; on
  * AVX2 the buffer's stores and the reloads cost about as much as the FMAs, and softmax's three
- * passes (max, exp, normalize) a fifth of the rest. Here:
+ * passes (max, exp, normalize) a seventh of the whole. Here:
  *   - scores: each K row is widened into registers once and dotted with every query head;
  *   - softmax: the maximum is kept as the scores are stored, one pass takes e^(s - max) and its
  *     sum with FMAs, and the division is left to the G x 64 outputs;

@@ -90,22 +90,28 @@ def test_paged_attention_matches_per_sequence_sdpa(heads, kv_heads, dim, kv_dtyp
         assert torch.allclose(out[b], expected, atol=1e-5), f"sequence {b}"
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None or platform.machine() != "x86_64", reason="needs gcc on x86-64")
-@pytest.mark.parametrize("heads, kv_heads", [(9, 3), (4, 4), (8, 2), (10, 2), (14, 2), (8, 1)])
-def test_avx2_decode_attention_over_a_bf16_cache_matches_sdpa(monkeypatch, tmp_path, heads, kv_heads):
-    """AVX2 builds read a bf16 cache for decode rows of head dim 64 their own way (decode_rows.h:
-    heads three at a time, then the one or two left; a maximum kept as the scores are stored).
-    Built for Haswell whatever this CPU is, and run where it can."""
+@pytest.fixture(scope="module")
+def avx2_attention(tmp_path_factory) -> ctypes.CDLL:
+    """attention.c built for Haswell whatever this CPU is (once: it takes a while), where it can run."""
+    if shutil.which("gcc") is None or platform.machine() != "x86_64":
+        pytest.skip("needs gcc on x86-64")
     missing = {"avx2", "fma", "f16c"} - hardware.cpu_info().flags
     if missing:
         pytest.skip(f"this CPU cannot run an AVX2 build (no {', '.join(sorted(missing))})")
-    library = tmp_path / "attention_avx2.so"
+    library = tmp_path_factory.mktemp("avx2") / "attention_avx2.so"
     flags = [f for f in native.FLAGS if f not in ("-march=native", "-mprefer-vector-width=512")] + ["-march=haswell"]
     subprocess.run(["gcc", *flags, "-o", str(library), str(native.CSRC / "attention.c"), "-lm"], check=True)
     lib = ctypes.CDLL(str(library))
     lib.tenor_paged_attention.argtypes = native.PAGED_ATTENTION_ARGTYPES
     lib.tenor_paged_attention.restype = None
-    monkeypatch.setattr(native, "_built", lambda: lib)
+    return lib
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(9, 3), (4, 4), (8, 2), (10, 2), (14, 2), (8, 1)])
+def test_avx2_decode_attention_over_a_bf16_cache_matches_sdpa(monkeypatch, avx2_attention, heads, kv_heads):
+    """AVX2 builds read a bf16 cache for decode rows of head dim 64 their own way (decode_rows.h:
+    heads three at a time, then the one or two left; a maximum kept as the scores are stored)."""
+    monkeypatch.setattr(native, "_built", lambda: avx2_attention)
     gen = torch.Generator().manual_seed(6)
     dim, block_size, num_blocks = 64, 16, 48
     stored = [torch.randn(kv_heads, num_blocks * block_size, dim, generator=gen).bfloat16() for _ in "kv"]
