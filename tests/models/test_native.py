@@ -68,6 +68,16 @@ def test_argmax_logsumexp_matches_torch(rows):
     assert native.argmax_logsumexp(logits)[1][:2].isnan().all()  # the caller's cue for torch's ops
 
 
+def assert_each_sequence_matches_sdpa(out, q, k, v, table, lengths, block_size):
+    """out[b] against SDPA over sequence b's first lengths[b] cached tokens (k, v [K, slots, E])."""
+    group = q.shape[1] // k.shape[0]
+    for b, length in enumerate(lengths.tolist()):
+        slots = (table[b][:, None] * block_size + torch.arange(block_size)).reshape(-1)[:length]
+        kb, vb = (t[:, slots].repeat_interleave(group, 0) for t in (k, v))
+        expected = F.scaled_dot_product_attention(q[b][:, None], kb, vb)[:, 0]
+        assert torch.allclose(out[b], expected, atol=1e-5), f"sequence {b}"
+
+
 @needs_native
 @pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (4, 4, 64), (8, 1, 64), (4, 2, 128), (3, 1, 80)])
 @pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
@@ -82,12 +92,7 @@ def test_paged_attention_matches_per_sequence_sdpa(heads, kv_heads, dim, kv_dtyp
     lengths = torch.tensor([1, 16, 17, 128])  # one token, a full block, one past it, all blocks
     q = torch.randn(4, heads, dim, generator=gen)
     out = native.paged_attention(q, *stored, table, lengths, block_size, 128, native.AttentionScratch())
-    for b, length in enumerate(lengths.tolist()):
-        slots = (table[b][:, None] * block_size + torch.arange(block_size)).reshape(-1)[:length]
-        kb = k[:, slots].repeat_interleave(heads // kv_heads, 0)
-        vb = v[:, slots].repeat_interleave(heads // kv_heads, 0)
-        expected = F.scaled_dot_product_attention(q[b][:, None], kb, vb)[:, 0]
-        assert torch.allclose(out[b], expected, atol=1e-5), f"sequence {b}"
+    assert_each_sequence_matches_sdpa(out, q, k, v, table, lengths, block_size)
 
 
 @pytest.fixture(scope="module")
@@ -120,12 +125,7 @@ def test_avx2_decode_attention_over_a_bf16_cache_matches_sdpa(monkeypatch, avx2_
     lengths = torch.tensor([1, 15, 16, 17, 33, 128])  # partial halves and chunks, one block, all blocks
     q = torch.randn(6, heads, dim, generator=gen) * 4  # scores far apart: the maximum matters
     out = native.paged_attention(q, *stored, table, lengths, block_size, 128, native.AttentionScratch())
-    for b, length in enumerate(lengths.tolist()):
-        slots = (table[b][:, None] * block_size + torch.arange(block_size)).reshape(-1)[:length]
-        kb = k[:, slots].repeat_interleave(heads // kv_heads, 0)
-        vb = v[:, slots].repeat_interleave(heads // kv_heads, 0)
-        expected = F.scaled_dot_product_attention(q[b][:, None], kb, vb)[:, 0]
-        assert torch.allclose(out[b], expected, atol=1e-5), f"sequence {b}"
+    assert_each_sequence_matches_sdpa(out, q, k, v, table, lengths, block_size)
 
 
 @needs_native
