@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -70,7 +71,8 @@ def _base_tree(rev: str, into: Path) -> Path:
 
 
 def _specs(args: argparse.Namespace, base: Path) -> dict[str, ServerSpec]:
-    options = PeerOptions(gguf=default_gguf_path(), tenor_args=tuple(args.tenor_args.split()), tenor_as_cpu=args.as_cpu)
+    flags = tuple(shlex.split(args.tenor_args))
+    options = PeerOptions(gguf=default_gguf_path(), tenor_args=flags, tenor_as_cpu=args.as_cpu)
     (ours,) = server_specs(["tenor"], options)
     # the base's own cpu_proxy.py and tenor package: PYTHONPATH comes before the editable install
     argv = tuple(str(base / "benchmarks" / "cpu_proxy.py") if a.endswith("cpu_proxy.py") else a for a in ours.argv)
@@ -114,12 +116,20 @@ def main(argv: list[str] | None = None) -> int:
     point = Point.parse(args.point)
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="tenor-served-ab-"))
     out_dir.mkdir(parents=True, exist_ok=True)
+    rounds: list[dict[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory(prefix="tenor-base-") as tmp:
-        specs = _specs(args, _base_tree(args.base, Path(tmp)))
-        rounds: list[dict[str, dict[str, float]]] = []
+        try:
+            specs = _specs(args, _base_tree(args.base, Path(tmp)))
+        except subprocess.CalledProcessError as exc:
+            print(f"served_ab: error: git archive {args.base}: {exc.stderr.decode().strip()}", file=sys.stderr)
+            return 2
         for r in range(args.rounds):
             order = ("base", "new") if r % 2 == 0 else ("new", "base")
-            rounds.append({side: _one_run(specs[side], point, args, out_dir / f"{side}-{r}.log") for side in order})
+            try:
+                rounds.append({side: _one_run(specs[side], point, args, out_dir / f"{side}-{r}.log") for side in order})
+            except RuntimeError as exc:
+                print(f"served_ab: round {r + 1}: {exc}", file=sys.stderr)
+                return 1
             print(f"round {r + 1}: {_round_line(rounds[-1])}", flush=True)
     ratios = [got["new"]["output_tok_s"] / got["base"]["output_tok_s"] for got in rounds]
     cpu = cpu_info()

@@ -38,3 +38,8 @@ def test_bad_arguments_exit_2(argv, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--rounds must be at least 1" in err or "--new-env takes KEY=VALUE" in err
+
+
+def test_an_unknown_base_is_one_line_and_exit_2(tmp_path, capsys):
+    assert served_ab.main(["--base", "no-such-revision-xyz", "--out-dir", str(tmp_path)]) == 2
+    assert "git archive no-such-revision-xyz" in capsys.readouterr().err
