@@ -12,6 +12,20 @@
 #include "paged_cache.h"
 #include "prompt_tiles.h"
 
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+/* The eight lanes' sum by shuffles (not cpu_kernels.c's lane_sum, whose stores cost more here). */
+static inline __attribute__((always_inline)) float sum_lanes(__m256 v) {
+    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 pairs = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)));
+}
+
+/* A mask of the first `live` (0..8) int32 lanes, for masked loads and stores. */
+static inline __attribute__((always_inline)) __m256i first_lanes(int64_t live) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)live), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
+
 /* a . b over n floats: vector-wide running sums added up once at the end. A plain `omp simd`
  * reduction compiled to 16 scalar adds in a row, each waiting on the last, which bound decode
  * attention's scores. */
@@ -25,9 +39,7 @@ static inline __attribute__((always_inline)) float dot_f32(const float *a, const
 #elif defined(__AVX2__) && defined(__FMA__)
     __m256 acc = _mm256_setzero_ps();
     for (; c + 8 <= n; c += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + c), _mm256_loadu_ps(b + c), acc);
-    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    const __m128 pairs = _mm_add_ps(half, _mm_movehl_ps(half, half)); /* shuffles, not lane_sum's stores */
-    sum = _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)));
+    sum = sum_lanes(acc);
 #endif
     for (; c < n; c++) sum += a[c] * b[c];
     return sum;
@@ -179,8 +191,7 @@ static inline __attribute__((always_inline)) void chunk_scores(const float *q, c
     if (E % 8 == 0 && E <= 256 && !ahead) {
         for (int64_t h = 0; h < m; h += 8) {
             const int64_t live = m - h < 8 ? m - h : 8;
-            const __m256i lanes =
-                _mm256_cmpgt_epi32(_mm256_set1_epi32((int)live), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            const __m256i lanes = first_lanes(live);
             __m256 scaled = _mm256_set1_ps(scale);
             if (row_scales) scaled = _mm256_mul_ps(_mm256_maskload_ps(row_scales + h, lanes), scaled);
             for (int64_t g = 0; g < G; g++) {
@@ -298,7 +309,7 @@ static inline __attribute__((always_inline)) void attend_tile(
     }
 }
 
-#include "decode_rows.h" /* after sum8, which it uses */
+#include "decode_rows.h" /* after sum8, sum_lanes and first_lanes, which it uses */
 
 /* The attention for this head dim and row width: prompt tiles where they apply, else attend_tile;
  * each unrolled for head dims 64 and 128. */

@@ -1,5 +1,6 @@
 /* Decode attention over a bf16 cache on AVX2 (tenor_paged_attention's path for one decoding row
- * with head dim 64, included by attention.c only, after sum8; see there for the cache's shapes).
+ * with head dim 64, included by attention.c only, after the helpers it uses; see there for the
+ * cache's shapes).
  *
  * attend_tile widens each chunk of K or V rows into a float buffer that its FMAs then read; on
  * AVX2 the buffer's stores and the reloads cost about as much as the FMAs, and softmax's three
@@ -47,10 +48,6 @@ static inline __attribute__((always_inline)) __m256 exp_nonpositive(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
 }
 
-static inline __attribute__((always_inline)) __m256i first_lanes(int64_t live) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)live), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 static inline __attribute__((always_inline)) float lane_max(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -74,9 +71,7 @@ static inline __attribute__((always_inline)) float exp_scores(float *s, int64_t 
         _mm256_maskstore_ps(s + t, live, e);
         total = _mm256_add_ps(total, e);
     }
-    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(total), _mm256_extractf128_ps(total, 1));
-    const __m128 pairs = _mm_add_ps(half, _mm_movehl_ps(half, half));
-    return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)));
+    return sum_lanes(total);
 }
 
 /* scores[g * max_len + c0 + i] = (q_g . K row i) * scale for a chunk's m rows (from `rows`), each
