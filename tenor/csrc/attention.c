@@ -373,12 +373,13 @@ void tenor_paged_attention(const float *q, const void *k, const void *v, const f
         firsts[tiles++] = b;
     }
     firsts[tiles] = B;
-    /* Items dealt out one at a time: a prompt's rows grow longer row by row, and contiguous
-     * halves gave one thread three times the other's work. */
+    /* Items dealt out one at a time to whichever thread is free: a prompt's rows grow longer row
+     * by row (contiguous halves gave one thread three times the other's work), sequences' contexts
+     * differ, and on two cores the server's other threads take turns on one of them. */
 #pragma omp parallel num_threads(threads)
     {
         const unsigned mxcsr = denormals_off();
-#pragma omp for schedule(static, 1)
+#pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < tiles * K; item++) {
             const int64_t b = firsts[item / K], T = firsts[item / K + 1] - b, h = item % K;
             float *scores = scratch + (int64_t)omp_get_thread_num() * slice;

@@ -534,6 +534,26 @@ int64_t tenor_int8_gemm_simd(void) {
 #endif
 }
 
+/* Output unit u (a pair of tiles, or a last odd tile alone) for rows [chunk, chunk_end), in row
+ * tiles: tenor_int8_gemm_f32's loop body. */
+static inline __attribute__((always_inline)) void gemm_unit(const uint8_t *w, int64_t bits, const float *steps,
+                                                            const float *offsets, const float *bias, float *out,
+                                                            const uint8_t *xq, const float *xd, const float *xsum,
+                                                            int64_t u, int64_t units, int64_t chunk, int64_t chunk_end,
+                                                            int64_t IN, int64_t OUT) {
+    const int64_t nb = IN / 32, tiles = OUT / 8, es = bits == 8 ? 2 : 1, per_unit = WIDE_TILES ? 2 : 1;
+    const int64_t t = u * per_unit, pair = per_unit == 2 && t + 1 < tiles;
+    const uint8_t *wt = w + t * nb * 256;
+    const float *st = steps + t * nb * 8, *ot = offsets + t * nb * 8, *bt = bias ? bias + 8 * t : NULL;
+    for (int64_t k = 0, r = chunk; r < chunk_end; k++, r += TILE_ROWS) {
+        const int64_t rows = chunk_end - r < TILE_ROWS ? chunk_end - r : TILE_ROWS;
+        /* row tile 0 fetches the next unit, row tile 1 the levels of the one after */
+        const uint8_t *ahead = k < 2 && u + 1 + k < units ? wt + (1 + k) * per_unit * nb * 256 : NULL;
+        gemm_rows(wt, st, ot, xq + r * IN * es, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows, bits,
+                  nb, OUT, (int)pair, ahead);
+    }
+}
+
 /* out [R, OUT] = x [R, IN] @ W.T (+ bias) for W packed as above (bits 4 or 8); OUT a multiple of
  * 8, IN of 32. scratch: at least R * IN * (bits / 4) + 8 * R * (IN / 32) bytes, for x quantized. */
 void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const float *steps, const float *offsets,
@@ -544,22 +564,23 @@ void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const f
     uint8_t *xq = scratch;
     float *xd = (float *)(scratch + R * IN * es), *xsum = xd + R * nb;
     quantize_rows(x, bits, xq, xd, xsum, R, IN, threads);
+    if (R <= ROW_CHUNK) {
+        /* One chunk (a decode step's rows) reads each unit's weights once, so units go to whichever
+         * thread is free, a few at a time: on two cores the server's other threads (HTTP, the
+         * event loop) take turns on one of them, and an even split left the other waiting. */
+        const int64_t grab = units / (8 * threads) > 1 ? units / (8 * threads) : 1;
+#pragma omp parallel for schedule(dynamic, grab) num_threads(threads)
+        for (int64_t u = 0; u < units; u++) gemm_unit(w, bits, steps, offsets, bias, out, xq, xd, xsum, u, units, 0, R, IN, OUT);
+        return;
+    }
+    /* Several chunks: an even split, the same for every chunk, so that each thread's share of the
+     * weights stays in its own L2 from one chunk to the next. */
 #pragma omp parallel num_threads(threads)
     for (int64_t chunk = 0; chunk < R; chunk += ROW_CHUNK) {
         const int64_t chunk_end = chunk + ROW_CHUNK < R ? chunk + ROW_CHUNK : R;
         /* nowait: each chunk writes its own rows, so no thread need wait for the other between chunks */
 #pragma omp for schedule(static) nowait
-        for (int64_t u = 0; u < units; u++) {
-            const int64_t t = u * per_unit, pair = per_unit == 2 && t + 1 < tiles;
-            const uint8_t *wt = w + t * nb * 256;
-            const float *st = steps + t * nb * 8, *ot = offsets + t * nb * 8, *bt = bias ? bias + 8 * t : NULL;
-            for (int64_t k = 0, r = chunk; r < chunk_end; k++, r += TILE_ROWS) {
-                const int64_t rows = chunk_end - r < TILE_ROWS ? chunk_end - r : TILE_ROWS;
-                /* row tile 0 fetches the next unit, row tile 1 the levels of the one after */
-                const uint8_t *ahead = k < 2 && u + 1 + k < units ? wt + (1 + k) * per_unit * nb * 256 : NULL;
-                gemm_rows(wt, st, ot, xq + r * IN * es, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows,
-                          bits, nb, OUT, (int)pair, ahead);
-            }
-        }
+        for (int64_t u = 0; u < units; u++)
+            gemm_unit(w, bits, steps, offsets, bias, out, xq, xd, xsum, u, units, chunk, chunk_end, IN, OUT);
     }
 }
