@@ -33,14 +33,13 @@
 #else
 #define TILE_ROWS 6
 #endif
-/* Rows whose quantized x (and block steps) every output tile reads in turn, whole tiles: each
- * chunk reads the weights from memory once, which bounds a big weight (the LM head's 28 MB at a
- * few dozen rows), while the chunk's x stays in L2 (48 rows of 1536 int16: 147 KB). 48 rows against
- * 24 (x in L1): the LM head at 32 rows 1.2-1.4x faster, at 256 1.7x on AVX2; the rest the same. */
-#define ROW_CHUNK 48
-/* quantize_rows lays x out by tiles of TILE_ROWS rows from row 0, and each chunk's tiles must be
- * those tiles (with 5-row tiles, 48-row chunks read x from the wrong places) */
-_Static_assert(ROW_CHUNK % TILE_ROWS == 0, "ROW_CHUNK must be a whole number of tiles");
+/* Each output unit (two tiles' weights, 9-25 KB at the default model's shapes) goes through every
+ * row of the batch while its weights stay in L1, so the weights come from memory once (the LM
+ * head's 28 MB) and each row's quantized x is read from L2 once a unit (512 rows of 576 int8: 295
+ * KB). In 48-row chunks, each chunk's output units in turn, x stayed in L2 instead and the weights
+ * were read again from L2 each chunk. This order took 0.93-1.04x that time for the default
+ * model's layers and 0.86-0.98x for its LM head at 64-512 rows (benchmarks/kernel_ab.py, AVX2
+ * code on a Zen 4), and lets threads take units as they come free (tenor_int8_gemm_f32). */
 /* The step loops below are unrolled (`#pragma GCC unroll`): left as loops, gcc rotated the rows'
  * accumulators through register copies and the stack at every step. Unrolled,
  * on a Zen 5: 4-bit levels against int8 x 0.65-0.78x the time, 8-bit against int16 x 0.65-0.78x
@@ -50,7 +49,7 @@ _Static_assert(ROW_CHUNK % TILE_ROWS == 0, "ROW_CHUNK must be a whole number of 
  * offsets (which start `tiles` tiles past this unit's `steps` and `offsets`), fetched while this
  * call works on its own block b. Each tile's levels (nb * 256 bytes) and steps span pages, where
  * the hardware prefetchers stop, so at a few dozen rows every tile began with stalls on memory.
- * A chunk's first row tile fetches the next unit's levels, its second those of the unit after.
+ * A unit's first row tile fetches the next unit's levels, its second those of the unit after.
  * Both fetch the next unit's steps: the levels pass through L1 in between. With pairs of tiles,
  * fetching the next unit alone left a weight streamed from memory (the LM head's 28 MB)
  * 1.03-1.06x slower than single tiles on AVX2; this, the default model's 8-bit LM head 0.99-1.02x
@@ -534,19 +533,19 @@ int64_t tenor_int8_gemm_simd(void) {
 #endif
 }
 
-/* Output unit u (a pair of tiles, or a last odd tile alone) for rows [chunk, chunk_end), in row
- * tiles: tenor_int8_gemm_f32's loop body. */
+/* Output unit u (a pair of tiles, or a last odd tile alone) for all R rows, a row tile at a time:
+ * tenor_int8_gemm_f32's loop body. */
 static inline __attribute__((always_inline)) void gemm_unit(const uint8_t *w, int64_t bits, const float *steps,
                                                             const float *offsets, const float *bias, float *out,
                                                             const uint8_t *xq, const float *xd, const float *xsum,
-                                                            int64_t u, int64_t units, int64_t chunk, int64_t chunk_end,
-                                                            int64_t IN, int64_t OUT) {
+                                                            int64_t u, int64_t units, int64_t R, int64_t IN,
+                                                            int64_t OUT) {
     const int64_t nb = IN / 32, tiles = OUT / 8, es = bits == 8 ? 2 : 1, per_unit = WIDE_TILES ? 2 : 1;
     const int64_t t = u * per_unit, pair = per_unit == 2 && t + 1 < tiles;
     const uint8_t *wt = w + t * nb * 256;
     const float *st = steps + t * nb * 8, *ot = offsets + t * nb * 8, *bt = bias ? bias + 8 * t : NULL;
-    for (int64_t k = 0, r = chunk; r < chunk_end; k++, r += TILE_ROWS) {
-        const int64_t rows = chunk_end - r < TILE_ROWS ? chunk_end - r : TILE_ROWS;
+    for (int64_t k = 0, r = 0; r < R; k++, r += TILE_ROWS) {
+        const int64_t rows = R - r < TILE_ROWS ? R - r : TILE_ROWS;
         /* row tile 0 fetches the next unit, row tile 1 the levels of the one after */
         const uint8_t *ahead = k < 2 && u + 1 + k < units ? wt + (1 + k) * per_unit * nb * 256 : NULL;
         gemm_rows(wt, st, ot, xq + r * IN * es, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows, bits,
@@ -564,23 +563,10 @@ void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const f
     uint8_t *xq = scratch;
     float *xd = (float *)(scratch + R * IN * es), *xsum = xd + R * nb;
     quantize_rows(x, bits, xq, xd, xsum, R, IN, threads);
-    if (R <= ROW_CHUNK) {
-        /* One chunk (a decode step's rows) reads each unit's weights once, so units go to whichever
-         * thread is free, a few at a time: on two cores the server's other threads (HTTP, the
-         * event loop) take turns on one of them, and an even split left the other waiting. */
-        const int64_t grab = units / (8 * threads) > 1 ? units / (8 * threads) : 1;
+    /* Units go to whichever thread is free, a sixteenth of them at a time: on two cores the
+     * server's other threads (HTTP, the event loop) take turns on one core, and an even split left
+     * the other waiting (served 1.11x a static split on a busy host, benchmarks/RESULTS.md). */
+    const int64_t grab = units / (8 * threads) > 1 ? units / (8 * threads) : 1;
 #pragma omp parallel for schedule(dynamic, grab) num_threads(threads)
-        for (int64_t u = 0; u < units; u++) gemm_unit(w, bits, steps, offsets, bias, out, xq, xd, xsum, u, units, 0, R, IN, OUT);
-        return;
-    }
-    /* Several chunks: an even split, the same for every chunk, so that each thread's share of the
-     * weights stays in its own L2 from one chunk to the next. */
-#pragma omp parallel num_threads(threads)
-    for (int64_t chunk = 0; chunk < R; chunk += ROW_CHUNK) {
-        const int64_t chunk_end = chunk + ROW_CHUNK < R ? chunk + ROW_CHUNK : R;
-        /* nowait: each chunk writes its own rows, so no thread need wait for the other between chunks */
-#pragma omp for schedule(static) nowait
-        for (int64_t u = 0; u < units; u++)
-            gemm_unit(w, bits, steps, offsets, bias, out, xq, xd, xsum, u, units, chunk, chunk_end, IN, OUT);
-    }
+    for (int64_t u = 0; u < units; u++) gemm_unit(w, bits, steps, offsets, bias, out, xq, xd, xsum, u, units, R, IN, OUT);
 }
