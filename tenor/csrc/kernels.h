@@ -42,14 +42,6 @@ static inline void denormals_restore(unsigned saved) {
 #endif
 }
 
-/* a * b + c, fused (one rounding) where the build has FMA: under -std=c99 gcc contracts nothing
- * itself, and fast_expf's chain of multiply-adds ran as twice the instructions. */
-#ifdef __FMA__
-#define MUL_ADD(a, b, c) __builtin_fmaf(a, b, c)
-#else
-#define MUL_ADD(a, b, c) ((a) * (b) + (c))
-#endif
-
 /* e^x in float32 without libm, written so the compiler vectorizes it inside `omp simd` loops
  * (glibc's expf stays scalar unless built with -ffast-math): Cody-Waite reduction by ln 2 and
  * Cephes' degree-6 polynomial, about 1 ulp on [-87.3, 88.3]. Below, e^-87.3 (no subnormals);
@@ -59,16 +51,16 @@ static inline void denormals_restore(unsigned saved) {
 #pragma omp declare simd
 __attribute__((optimize("no-trapping-math"))) static inline float fast_expf(float x) {
     x = x < -87.3f ? -87.3f : (x > 89.0f ? 89.0f : x);
-    const float n = MUL_ADD(x, 1.44269504088896341f, 12582912.0f) - 12582912.0f; /* round to nearest */
-    float r = MUL_ADD(n, -0.693359375f, x);
-    r = MUL_ADD(n, 2.12194440e-4f, r);
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
-    p = MUL_ADD(p, r, 1.3981999507e-3f);
-    p = MUL_ADD(p, r, 8.3334519073e-3f);
-    p = MUL_ADD(p, r, 4.1665795894e-2f);
-    p = MUL_ADD(p, r, 1.6666665459e-1f);
-    p = MUL_ADD(p, r, 5.0000001201e-1f);
-    p = MUL_ADD(p, r * r, r) + 1.0f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
     union { int32_t i; float f; } scale;
     scale.i = ((int32_t)n + 127) << 23;
     return p * scale.f;
