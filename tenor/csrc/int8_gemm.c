@@ -546,7 +546,8 @@ static inline __attribute__((always_inline)) void gemm_unit(const uint8_t *w, in
     const float *st = steps + t * nb * 8, *ot = offsets + t * nb * 8, *bt = bias ? bias + 8 * t : NULL;
     for (int64_t k = 0, r = 0; r < R; k++, r += TILE_ROWS) {
         const int64_t rows = R - r < TILE_ROWS ? R - r : TILE_ROWS;
-        /* row tile 0 fetches the next unit, row tile 1 the levels of the one after */
+        /* row tile 0 fetches the next unit, row tile 1 the levels of the one after (at the end of
+         * a thread's grab of units, possibly the other thread's: a wasted fetch, nothing worse) */
         const uint8_t *ahead = k < 2 && u + 1 + k < units ? wt + (1 + k) * per_unit * nb * 256 : NULL;
         gemm_rows(wt, st, ot, xq + r * IN * es, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows, bits,
                   nb, OUT, (int)pair, ahead);
