@@ -6,6 +6,7 @@ these paired ratios shows a change of a few percent.
 
     python benchmarks/served_ab.py --base HEAD~1 [--as-cpu avx2] [--rounds 4] [--point 32:64]
     python benchmarks/served_ab.py --base HEAD --new-env GOMP_SPINCOUNT=10000   # a setting alone
+    python benchmarks/served_ab.py --base HEAD --new-args=--quantize-kv-cache    # a flag alone
 
 The base runs from a copy of REV's tree (`git archive`), its own tenor package first on
 PYTHONPATH; each side's kernels are built on its first start. Prints each round's output tok/s
@@ -47,6 +48,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--tenor-args", default="", help="extra flags for `tenor serve` on both sides")
     p.add_argument(
+        "--new-args",
+        default="",
+        help="extra flags for the working tree's `tenor serve` only (with --base HEAD: an A/B of the flags alone)",
+    )
+    p.add_argument(
         "--new-env",
         action="append",
         default=[],
@@ -78,7 +84,7 @@ def _specs(args: argparse.Namespace, base: Path) -> dict[str, ServerSpec]:
     argv = tuple(str(base / "benchmarks" / "cpu_proxy.py") if a.endswith("cpu_proxy.py") else a for a in ours.argv)
     theirs = replace(ours, argv=argv, env=(("PYTHONPATH", str(base)),))
     settings = tuple(tuple(item.split("=", 1)) for item in args.new_env)
-    return {"base": theirs, "new": replace(ours, env=settings)}
+    return {"base": theirs, "new": replace(ours, argv=ours.argv + tuple(shlex.split(args.new_args)), env=settings)}
 
 
 def _one_run(spec: ServerSpec, point: Point, args: argparse.Namespace, log: Path) -> dict[str, float]:
@@ -137,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu": {"model": cpu.model_name, "isa": cpu.isa, "cores": cpu.usable_cores},
         "base": args.base,
         "new_env": args.new_env,
+        "new_args": args.new_args,
         "as_cpu": args.as_cpu,
         "point": args.point,
         "max_tokens": args.max_tokens,

@@ -325,8 +325,9 @@ static inline __attribute__((always_inline)) void attend_tile(
             else                                                                                              \
                 attend_prompt_tile(qb, k, v, ks, vs, BITS, blocks, T, lengths[b], H * E, ob, scores, G, E,    \
                                    block_size, h * slots, scale);                                             \
-        } else if (DECODE_ROWS && BITS == 16 && T == 1 && E == 64 && G <= DECODE_MAX_G) {                     \
-            attend_decode_bf16(qb, k, v, blocks, lengths[b], ob, scores, G, block_size, h * slots, max_len, scale); \
+        } else if (DECODE_ROWS && BITS != 32 && T == 1 && E == 64 && G <= DECODE_MAX_G) {                     \
+            attend_decode_rows(qb, k, v, ks, vs, BITS, blocks, lengths[b], ob, scores, G, block_size, h * slots,  \
+                               max_len, scale);                                                               \
         } else if (E == 64)                                                                                   \
             attend_tile(qb, k, v, ks, vs, BITS, blocks, T, lengths[b], H * E, ob, scores, G, 64, block_size,  \
                         h * slots, max_len, scale);                                                           \

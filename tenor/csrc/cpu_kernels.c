@@ -388,13 +388,25 @@ static void store_bf16(const float *x, uint16_t *out, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = float_to_bf16(x[i]);
 }
 
+/* x's n floats as int8 steps of absmax / 127 (at least 1e-6 / 127), rounded to nearest even;
+ * returns the step. The same float32 operations as PagedKVCache.write's, so that both paths store
+ * the same bytes. */
+static float store_int8(const float *x, int8_t *out, int64_t n) {
+    float top = 0.0f;
+    for (int64_t i = 0; i < n; i++) top = fmaxf(top, fabsf(x[i]));
+    const float step = fmaxf(top, 1e-6f) / 127.0f;
+    for (int64_t i = 0; i < n; i++) out[i] = (int8_t)fminf(fmaxf(nearbyintf(x[i] / step), -127.0f), 127.0f);
+    return step;
+}
+
 /* Llama's rotary ("rotate half", over whole heads) applied in place to the q and k heads of
  * qkv [T, (H + 2K) * E], then k and v written to the cache at slots [T].
  *   cos, sin [T, E]  the step's tables, the rotation's sign folded into sin
- *   kc, vc  [K, slots, E]  one layer's cache: float32 (kv_bits 32) or bf16 (16)
+ *   kc, vc  [K, slots, E]  one layer's cache: float32 (kv_bits 32), bf16 (16) or int8 (8)
+ *   ks, vs  [K, slots]     an int8 cache's scales (NULL otherwise)
  * Rows are shared among the threads from 16 on (each row its own slot). */
-void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, void *kc, void *vc,
-                               const int64_t *slots, int64_t T, int64_t H, int64_t K, int64_t E,
+void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, void *kc, void *vc, float *ks,
+                               float *vs, const int64_t *slots, int64_t T, int64_t H, int64_t K, int64_t E,
                                int64_t num_slots, int64_t kv_bits, int64_t threads) {
     const int64_t half = E / 2, width = (H + 2 * K) * E;
 #pragma omp parallel for schedule(static) num_threads(threads) if (T >= 16)
@@ -416,6 +428,11 @@ void tenor_rotary_kv_write_f32(float *qkv, const float *cos, const float *sin, v
         for (int64_t h = 0; h < K; h++) {
             const float *k = row + (H + h) * E, *v = row + (H + K + h) * E;
             const int64_t at = (h * num_slots + slot) * E;
+            if (kv_bits == 8) {
+                ks[h * num_slots + slot] = store_int8(k, (int8_t *)kc + at, E);
+                vs[h * num_slots + slot] = store_int8(v, (int8_t *)vc + at, E);
+                continue;
+            }
             if (kv_bits == 16) {
                 store_bf16(k, (uint16_t *)kc + at, E);
                 store_bf16(v, (uint16_t *)vc + at, E);
@@ -449,11 +466,12 @@ static void add_in_place(float *x, const float *delta, int64_t n, int64_t thread
  *           o, gate_up, down in tenor_block_linear_f32's layouts (for R <= DECODE_MAX_ROWS), then
  *           the same four in tenor_int8_gemm_f32's (for more rows; zeros where a layer has none);
  *           pointers as integers
- *   kv      [L, 2, K, slots, E] the cache, float32 (kv_bits 32) or bf16 (16); cos, sin [R, E]; slots [R]
+ *   kv      [L, 2, K, slots, E] the cache, float32 (kv_bits 32), bf16 (16) or int8 (8), an int8
+ *           one with scales kv_scales [L, 2, K, slots] (else NULL); cos, sin [R, E]; slots [R]
  *   table, lengths, tile: each row's blocks [R, N] and context length [R] (including its own
  *           token), and the prompt tile, as tenor_paged_attention takes them
  *   scores  tenor_paged_attention's scratch for that tile */
-void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t kv_bits, const float *cos,
+void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t kv_bits, float *kv_scales, const float *cos,
                             const float *sin, const int64_t *slots, const int64_t *table, const int64_t *lengths,
                             float *scores, int64_t R, int64_t L, int64_t D, int64_t H, int64_t K, int64_t E,
                             int64_t F, int64_t N, int64_t block_size, int64_t num_slots, int64_t max_len, int64_t tile,
@@ -478,13 +496,14 @@ void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t 
         tenor_block_linear_f32(in, (const uint8_t *)(intptr_t)w[2 + 4 * (j)], w[3 + 4 * (j)], W_F32(4 + 4 * (j)), \
                                W_F32(5 + 4 * (j)), NULL, out, R, IN, OUT, threads)
         char *kc = (char *)kv + l * layer_kv, *vc = kc + layer_kv / 2;
+        float *ks = kv_scales ? kv_scales + l * 2 * K * num_slots : NULL, *vs = ks ? ks + K * num_slots : NULL;
         tenor_rms_norm_f32(x, W_F32(0), h, R, D, eps, threads);
         LINEAR(0, h, D, qkv, width);
-        tenor_rotary_kv_write_f32(qkv, cos, sin, kc, vc, slots, R, H, K, E, num_slots, kv_bits, threads);
+        tenor_rotary_kv_write_f32(qkv, cos, sin, kc, vc, ks, vs, slots, R, H, K, E, num_slots, kv_bits, threads);
 #pragma omp parallel for schedule(static) num_threads(threads) if (R * H * E >= PARALLEL_MIN_FLOATS)
         for (int64_t r = 0; r < R; r++)
             for (int64_t i = 0; i < H * E; i++) q[r * H * E + i] = qkv[r * width + i];
-        tenor_paged_attention(q, kc, vc, NULL, NULL, kv_bits, table, lengths, attn, scores, R, H, K, E, N,
+        tenor_paged_attention(q, kc, vc, ks, vs, kv_bits, table, lengths, attn, scores, R, H, K, E, N,
                               block_size, num_slots, max_len, 1.0f / sqrtf((float)E), tile, threads);
         LINEAR(1, attn, H * E, delta, D);
         add_in_place(x, delta, R * D, threads);

@@ -40,8 +40,9 @@ class LlamaBlock(nn.Module):
         h = rms_norm(x, self.attn_norm, c.norm_eps, batch.native)
         qkv = self.qkv(h)
         t = qkv.shape[0]
-        if batch.native and qkv.dtype == torch.float32 and not cache.quantized and rotary.rot_dim == c.head_dim:
+        if batch.native and qkv.dtype == torch.float32 and rotary.rot_dim == c.head_dim:
             # One pass: rotate q and k in place, write k and v to the cache.
+            scales = (cache.scales[self.index, 0], cache.scales[self.index, 1]) if cache.scales is not None else ()
             native.rotary_kv_write(
                 qkv,
                 cos,
@@ -51,6 +52,7 @@ class LlamaBlock(nn.Module):
                 batch.slot_mapping,
                 c.num_heads,
                 c.num_kv_heads,
+                *scales,
             )
             q = qkv[:, : c.q_size].view(t, c.num_heads, c.head_dim)
             k = qkv[:, c.q_size : c.q_size + c.kv_size].view(t, c.num_kv_heads, c.head_dim)
@@ -135,6 +137,7 @@ class LlamaModel(DecoderLM):
             span,
             tile,
             c.norm_eps,
+            cache.scales,
         )
         return self.lm_head(self.final_norm(x.index_select(0, logits_rows))).float()
 
@@ -150,9 +153,8 @@ class LlamaModel(DecoderLM):
         return (
             batch.native
             and rows_ready
-            and not cache.quantized
             and cache.dtype == torch.float32
-            and cache.kv.dtype in native.CACHE_DTYPES
+            and (cache.kv.dtype in native.CACHE_DTYPES or cache.quantized)
             and self.rotary.rot_dim == self.config.head_dim
             and (num_tokens <= native.INT8_MAX_ROWS or (self._fused_layer_weights() is not None and self._fused_gemm))
         )

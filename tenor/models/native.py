@@ -105,8 +105,8 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tenor_argmax_logsumexp.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _I64]
     lib.tenor_paged_attention.argtypes = PAGED_ATTENTION_ARGTYPES
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
-    lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 6 + [_I64] * 7
-    lib.tenor_llama_layers_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 6 + [_I64] * 12 + [_F32, _I64]
+    lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 8 + [_I64] * 7
+    lib.tenor_llama_layers_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 7 + [_I64] * 12 + [_F32, _I64]
     lib.tenor_int8_gemm_f32.argtypes = [_PTR] * 2 + [_I64] + [_PTR] * 5 + [_I64] * 4
     lib.tenor_int8_gemm_simd.argtypes, lib.tenor_int8_gemm_simd.restype = [], _I64
     for fn in (
@@ -153,10 +153,13 @@ def prompt_rows_pay() -> bool:
     return "avx512f" in flags or ("avx2" in flags and "fma" in flags)
 
 
-def kv_bits(cache: torch.Tensor) -> int:
-    """The kernels' name for a float cache's element type: 32 (float32) or 16 (bf16)."""
+def kv_bits(cache: torch.Tensor, scales: torch.Tensor | None = None) -> int:
+    """The kernels' name for a cache's element type: 32 (float32), 16 (bf16), or 8 (int8, which
+    needs its float32 scales)."""
+    if cache.dtype == torch.int8 and scales is not None and scales.dtype == torch.float32:
+        return 8
     if cache.dtype not in CACHE_DTYPES:
-        raise ValueError(f"tenor's kernels keep K/V in float32 or bf16, not {cache.dtype}")
+        raise ValueError(f"tenor's kernels keep K/V in float32, bf16, or int8 with float32 scales, not {cache.dtype}")
     return 32 if cache.dtype == torch.float32 else 16
 
 
@@ -197,10 +200,13 @@ def rotary_kv_write(
     slots: torch.Tensor,
     num_heads: int,
     num_kv_heads: int,
+    k_scales: torch.Tensor | None = None,
+    v_scales: torch.Tensor | None = None,
 ) -> None:
     """In place: rotates the q and k heads of qkv [T, (H + 2K) * E] (Llama's rotate-half over whole
-    heads; cos, sin [T, E] contiguous with the sign in sin) and writes k, v to the cache [K, S, E],
-    float32 or bf16 (rounded to nearest even)."""
+    heads; cos, sin [T, E] contiguous with the sign in sin) and writes k, v to the cache [K, S, E]:
+    float32, bf16 (rounded to nearest even), or int8 in steps of each row's absmax / 127, the steps
+    to k_scales, v_scales [K, S, 1] float32 (as PagedKVCache.write stores them)."""
     dim = k_cache.shape[2]
     _built().tenor_rotary_kv_write_f32(
         _ptr(qkv),
@@ -208,13 +214,15 @@ def rotary_kv_write(
         _ptr(sin),
         _ptr(k_cache),
         _ptr(v_cache),
+        _ptr(k_scales) if k_scales is not None else None,
+        _ptr(v_scales) if v_scales is not None else None,
         _ptr(slots),
         qkv.shape[0],
         num_heads,
         num_kv_heads,
         dim,
         k_cache.shape[1],
-        kv_bits(k_cache),
+        kv_bits(k_cache, k_scales),
         torch.get_num_threads(),
     )
 
@@ -450,12 +458,14 @@ def llama_layers(
     max_len: int,
     tile: int,
     eps: float,
+    kv_scales: torch.Tensor | None = None,
 ) -> None:
     """Every Llama layer of a step in one call, x [R, D] float32 in place: up to INT8_MAX_ROWS rows
     on the decode kernel, more on the integer GEMM. layer_weights [L, 34] int64: each layer's weight
-    pointers and bits (see tenor_llama_layers_f32); kv the whole cache [L, 2, K, slots, E], float32
-    or bf16; table, lengths, tile: each row's blocks and context length, and the prompt tile, as
-    paged_attention takes them (tile 1 for a decode step)."""
+    pointers and bits (see tenor_llama_layers_f32); kv the whole cache [L, 2, K, slots, E], float32,
+    bf16, or int8 with float32 kv_scales [L, 2, K, slots, 1]; table, lengths, tile: each row's
+    blocks and context length, and the prompt tile, as paged_attention takes them (tile 1 for a
+    decode step)."""
     rows, dim = x.shape
     num_layers, _, kv_heads, num_slots, head_dim = kv.shape
     threads = torch.get_num_threads()
@@ -464,7 +474,8 @@ def llama_layers(
         _ptr(x),
         _ptr(layer_weights),
         _ptr(kv),
-        kv_bits(kv),
+        kv_bits(kv, kv_scales),
+        _ptr(kv_scales) if kv_scales is not None else None,
         _ptr(cos),
         _ptr(sin),
         _ptr(slots),
