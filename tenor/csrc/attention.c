@@ -12,7 +12,7 @@
 #include "paged_cache.h"
 #include "prompt_tiles.h"
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#if defined(__AVX2__) && defined(__FMA__) /* AVX-512 builds too, for decode_rows.h */
 /* The eight lanes' sum by shuffles (not cpu_kernels.c's lane_sum, whose stores cost more here). */
 static inline __attribute__((always_inline)) float sum_lanes(__m256 v) {
     const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -145,7 +145,8 @@ static inline __attribute__((always_inline)) __m512 sum16(const __m512 *a) {
                                     _mm512_shuffle_f32x4(quads[2], quads[3], 0xEE));
     return _mm512_add_ps(_mm512_shuffle_f32x4(lo, hi, 0x88), _mm512_shuffle_f32x4(lo, hi, 0xDD));
 }
-#elif defined(__AVX2__) && defined(__FMA__)
+#endif
+#if defined(__AVX2__) && defined(__FMA__) /* AVX-512 builds too, for decode_rows.h */
 /* sum16's AVX2 form for 8 rows: lane i of the result is the sum of a[i]'s 8 lanes. */
 static inline __attribute__((always_inline)) __m256 sum8(const __m256 *a) {
     const __m256 pairs0 = _mm256_hadd_ps(a[0], a[1]), pairs1 = _mm256_hadd_ps(a[2], a[3]);

@@ -1,6 +1,7 @@
-/* Decode attention over a bf16 or int8 cache on AVX2 (tenor_paged_attention's path for one
- * decoding row with head dim 64, included by attention.c only, after the helpers it uses; see there
- * for the cache's shapes). `bits` (16 or 8) is a constant in each copy, so its branches fold away.
+/* Decode attention over a bf16 or int8 cache in 256-bit vectors, on AVX2 and AVX-512 builds alike
+ * (tenor_paged_attention's path for one decoding row with head dim 64, included by attention.c
+ * only, after the helpers it uses; see there for the cache's shapes). `bits` (16 or 8) is a
+ * constant in each copy, so its branches fold away.
  *
  * attend_tile widens each chunk of K or V rows into a float buffer that its FMAs then read; on
  * AVX2 the buffer's stores and the reloads cost about as much as the FMAs, and softmax's three
@@ -13,13 +14,17 @@
  *   - fetching: the K pass asks for K's and V's blocks two ahead together (V's in the V pass
  *     left more of memory's latency exposed: 0.91x the time).
  * On a Zen 4 built for Haswell (benchmarks/attention_ab.py's decode step: 32 streams of 190-320
- * tokens, 30 layers): 0.82x the time with the cache read from memory, 0.70-0.74x from L3. */
+ * tokens, 30 layers): 0.82x the time with the cache read from memory, 0.70-0.74x from L3. Built
+ * natively there (AVX-512), 0.85-0.86x the time of attend_tile's 512-bit form, whose buffer and
+ * per-row reductions cost it more than the wider vectors saved. An int8 cache's rows widen in as
+ * many instructions as bf16's, half the bytes: 0.74x the time of attend_tile's int8 as AVX2 code,
+ * 0.89x this path's bf16. */
 #ifndef TENOR_DECODE_ROWS_H
 #define TENOR_DECODE_ROWS_H
 
 #include "paged_cache.h"
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#if defined(__AVX2__) && defined(__FMA__)
 #define DECODE_ROWS 1
 #define DECODE_MAX_G 8 /* query heads a kv head: stack arrays are sized by it */
 

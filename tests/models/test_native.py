@@ -115,7 +115,7 @@ def avx2_attention(tmp_path_factory) -> ctypes.CDLL:
 @pytest.mark.parametrize("kv", ["bfloat16", "int8"])
 @pytest.mark.parametrize("heads, kv_heads", [(9, 3), (4, 4), (8, 2), (10, 2), (14, 2), (8, 1)])
 def test_avx2_decode_attention_matches_sdpa(monkeypatch, avx2_attention, heads, kv_heads, kv):
-    """AVX2 builds read a bf16 or int8 cache for decode rows of head dim 64 their own way
+    """AVX2 (and AVX-512) builds read a bf16 or int8 cache for decode rows of head dim 64 their own way
     (decode_rows.h: heads three at a time, then the one or two left; a maximum kept as the scores
     are stored; int8 rows' steps applied to the scores and to the weights of V's rows)."""
     from tenor.models.layers import PagedKVCache
