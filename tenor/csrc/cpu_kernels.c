@@ -471,11 +471,11 @@ static void add_in_place(float *x, const float *delta, int64_t n, int64_t thread
  *   table, lengths, tile: each row's blocks [R, N] and context length [R] (including its own
  *           token), and the prompt tile, as tenor_paged_attention takes them
  *   scores  tenor_paged_attention's scratch for that tile */
-void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t kv_bits, float *kv_scales, const float *cos,
-                            const float *sin, const int64_t *slots, const int64_t *table, const int64_t *lengths,
-                            float *scores, int64_t R, int64_t L, int64_t D, int64_t H, int64_t K, int64_t E,
-                            int64_t F, int64_t N, int64_t block_size, int64_t num_slots, int64_t max_len, int64_t tile,
-                            float eps, int64_t threads) {
+void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t kv_bits, float *kv_scales,
+                            const float *cos, const float *sin, const int64_t *slots, const int64_t *table,
+                            const int64_t *lengths, float *scores, int64_t R, int64_t L, int64_t D, int64_t H,
+                            int64_t K, int64_t E, int64_t F, int64_t N, int64_t block_size, int64_t num_slots,
+                            int64_t max_len, int64_t tile, float eps, int64_t threads) {
     const int64_t width = (H + 2 * K) * E, layer_kv = 2 * K * num_slots * E * (kv_bits / 8); /* bytes */
     const int gemm = R > DECODE_MAX_ROWS; /* past the decode kernel's rows, as DecodeKernel hands them on */
     int64_t widest = F > D ? F : D; /* the widest input a linear quantizes for the GEMM, int16 at most */

@@ -277,6 +277,13 @@ class PagedKVCache:
         kv = kv.view(2, self.num_kv_heads * blocks.shape[0], -1, self.head_dim)
         return kv[0], kv[1]
 
+    def layer_scales(self, layer: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """K's and V's scales of one layer, [K, slots, 1] each, as the native kernels take them;
+        (None, None) for a float cache."""
+        if self.scales is None:
+            return None, None
+        return self.scales[layer, 0], self.scales[layer, 1]
+
     def _block_view(self, tensor: torch.Tensor) -> torch.Tensor:
         """[layers, 2, K, slots, X] -> [layers, 2, K, blocks, block_size, X] (a view)."""
         return tensor.view(tensor.shape[:3] + (self.num_blocks, self.block_size, tensor.shape[-1]))
@@ -319,9 +326,10 @@ def native_cached_attention(
 ) -> torch.Tensor:
     """q: [T, H, E] float32, each row over the first lengths[t] slots of its blocks [T, N], read
     in place by tenor's kernel: no gathered copy of any context."""
-    scales = (cache.scales[layer, 0], cache.scales[layer, 1]) if cache.scales is not None else (None, None)
     k, v, size = cache.kv[layer, 0], cache.kv[layer, 1], cache.block_size
-    return native.paged_attention(q, k, v, blocks, lengths, size, span, cache.native_scratch, *scales)
+    return native.paged_attention(
+        q, k, v, blocks, lengths, size, span, cache.native_scratch, *cache.layer_scales(layer)
+    )
 
 
 def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: AttentionBatch) -> torch.Tensor:

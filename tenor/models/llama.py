@@ -42,7 +42,6 @@ class LlamaBlock(nn.Module):
         t = qkv.shape[0]
         if batch.native and qkv.dtype == torch.float32 and rotary.rot_dim == c.head_dim:
             # One pass: rotate q and k in place, write k and v to the cache.
-            scales = (cache.scales[self.index, 0], cache.scales[self.index, 1]) if cache.scales is not None else ()
             native.rotary_kv_write(
                 qkv,
                 cos,
@@ -52,7 +51,7 @@ class LlamaBlock(nn.Module):
                 batch.slot_mapping,
                 c.num_heads,
                 c.num_kv_heads,
-                *scales,
+                *cache.layer_scales(self.index),
             )
             q = qkv[:, : c.q_size].view(t, c.num_heads, c.head_dim)
             k = qkv[:, c.q_size : c.q_size + c.kv_size].view(t, c.num_kv_heads, c.head_dim)
