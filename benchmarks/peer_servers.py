@@ -145,7 +145,7 @@ class RunningServer:
                 env={**os.environ, **dict(spec.env)},
             )
 
-    def wait_ready(self, timeout_s: float) -> None:
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> None:
         deadline = time.monotonic() + timeout_s
         url = self.base_url + self.spec.ready_path
         while time.monotonic() < deadline:
@@ -156,7 +156,7 @@ class RunningServer:
                     return
             except httpx.HTTPError:
                 pass  # not listening yet
-            time.sleep(0.5)
+            time.sleep(poll_s)
         raise RuntimeError(f"{self.spec.name} was not ready within {timeout_s:g} s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 15) -> str:

@@ -69,14 +69,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _base_tree(rev: str, into: Path) -> Path:
+def base_tree(rev: str, into: Path) -> Path:
     archive = subprocess.run(["git", "archive", rev], cwd=REPO, capture_output=True, check=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(into, filter="data")
     return into
 
 
-def _specs(args: argparse.Namespace, base: Path) -> dict[str, ServerSpec]:
+def tenor_specs(args: argparse.Namespace, base: Path) -> dict[str, ServerSpec]:
+    """`tenor serve` from the working tree ("new") and from the tree at `base` ("base"), each
+    with args.tenor_args and args.as_cpu; "new" also with args.new_args and args.new_env."""
     flags = tuple(shlex.split(args.tenor_args))
     options = PeerOptions(gguf=default_gguf_path(), tenor_args=flags, tenor_as_cpu=args.as_cpu)
     (ours,) = server_specs(["tenor"], options)
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds: list[dict[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory(prefix="tenor-base-") as tmp:
         try:
-            specs = _specs(args, _base_tree(args.base, Path(tmp)))
+            specs = tenor_specs(args, base_tree(args.base, Path(tmp)))
         except subprocess.CalledProcessError as exc:
             print(f"served_ab: error: git archive {args.base}: {exc.stderr.decode().strip()}", file=sys.stderr)
             return 2

@@ -93,3 +93,32 @@ def test_a_weight_bigger_than_a_region_gets_its_own():
 def test_a_tensor_past_what_the_machine_can_map_is_a_memory_error_that_names_it():
     with pytest.raises(MemoryError, match=r"cannot allocate .* GiB for a \[1099511627776, 1024\] tensor"):
         hugepages.zeros((1 << 40, 1 << 10), torch.uint8)  # 1 EiB
+
+
+def test_pages_go_in_the_order_of_the_axis_given():
+    # 4 planes of 3 huge pages each along axis 1: the pages holding each plane's first slots first.
+    t = torch.empty(4, 3 * hugepages.HUGE_PAGE, dtype=torch.uint8)
+    order = hugepages._pages_in_order(t, axis=1)
+    page = hugepages.HUGE_PAGE
+    assert order == [p * 3 * page + k * page for k in range(3) for p in range(4)]
+
+
+def test_background_prefault_keeps_what_is_written_meanwhile():
+    shape = (6, 2, 1 << 20, 8)  # 192 MB of bf16, 96 huge pages
+    t = hugepages.zeros(shape, torch.bfloat16, background_axis=2)
+    assert t.data_ptr() % hugepages.HUGE_PAGE == 0
+    t[5, 1, -3:, :] = 2.0  # while the other thread may be faulting these pages in
+    t[0, 0, :1000, 0] = 1.0
+    hugepages.wait_for_background()
+    assert t.sum().item() == 2.0 * 3 * 8 + 1000
+    assert t[1:5].count_nonzero() == 0
+
+
+@pytest.mark.skipif(_thp_mode() not in ("always", "madvise"), reason="transparent huge pages are off or absent here")
+def test_background_prefault_takes_huge_pages():
+    before = _anon_huge_kb()
+    t = hugepages.zeros((64 << 20,), torch.uint8, background_axis=0)
+    hugepages.wait_for_background()
+    after = _anon_huge_kb()
+    assert after - before >= 32 << 10, f"AnonHugePages grew by {after - before} kB for a 64 MB tensor"
+    del t

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, ReaderTensor
+from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from tenor.checkpoints.format import LoadedCheckpoint
+from tenor.checkpoints.gguf_file import GGUF_MAGIC, GGUFFile, GGUFTensor, read_gguf
 from tenor.checkpoints.layout import check_weights, float_specs, piece_rows
 from tenor.errors import CheckpointError
 from tenor.models.config import ModelConfig, RopeScaling
 
-GGUF_MAGIC = b"GGUF"
 _LAYER_NAMES = {  # GGUF block tensor -> (tenor tensor, index of the piece in a fused tensor)
     "attn_norm.weight": ("attn_norm.weight", 0),
     "attn_q.weight": ("attn.qkv.weight", 0),
@@ -53,45 +53,45 @@ def load_gguf(path: str | Path) -> LoadedCheckpoint:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such GGUF file")
-    try:
-        reader = GGUFReader(path)
-    except (ValueError, OSError, IndexError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"{path}: not a readable GGUF file ({exc}); is it truncated?") from None
-    config = gguf_config(_Metadata(path, reader), {t.name: t for t in reader.tensors})
-    groups: dict[str, dict[int, ReaderTensor]] = {}
-    for tensor in reader.tensors:
-        name, index = _tenor_name(path, tensor.name)
-        groups.setdefault(name, {})[index] = tensor
+    file = read_gguf(path)
+    config = gguf_config(GGUFMetadata(file), file.tensors)
+    groups = tensor_groups(file)
     specs = float_specs(config)
     extra = sorted(set(groups) - set(specs))
     if extra:
         raise CheckpointError(f"{path}: unexpected tensor {_gguf_name(extra[0], 0)} for this config")
-    weights = {name: _read_weight(path, config, name, groups.get(name, {})) for name in specs}
+    weights = {name: read_weight(file, config, name, groups.get(name, {})) for name in specs}
     check_weights(str(path), config, weights)
-    tokenizer = path if "tokenizer.ggml.tokens" in reader.fields else None
+    tokenizer = path if "tokenizer.ggml.tokens" in file.metadata else None
     return LoadedCheckpoint(config, weights, None, tokenizer, str(path), "gguf")
 
 
-class _Metadata:
+def tensor_groups(file: GGUFFile) -> dict[str, dict[int, GGUFTensor]]:
+    """The file's tensors by the tenor tensor they make, each by its piece's index in it."""
+    groups: dict[str, dict[int, GGUFTensor]] = {}
+    for tensor in file.tensors.values():
+        name, index = _tenor_name(file.path, tensor.name)
+        groups.setdefault(name, {})[index] = tensor
+    return groups
+
+
+class GGUFMetadata:
     """Typed access to GGUF key/values; errors name the file and the key."""
 
-    def __init__(self, path: Path, reader: GGUFReader) -> None:
-        self.path = path
-        self.fields = reader.fields
+    def __init__(self, file: GGUFFile) -> None:
+        self.path = file.path
+        self._file = file
 
     def _scalar(self, key: str) -> int | float | str | None:
-        field = self.fields.get(key)
-        if field is None:
+        value = self._file.metadata.get(key)
+        if value is None:
             return None
-        if field.types[0] == GGUFValueType.ARRAY:
+        if key in self._file.array_keys:
             raise CheckpointError(f"{self.path}: GGUF metadata {key} is an array (per-layer values); not supported")
-        value = field.parts[field.data[0]]
-        if field.types[0] == GGUFValueType.STRING:
-            return bytes(value).decode("utf-8")
-        if field.types[0] in (GGUFValueType.FLOAT32, GGUFValueType.FLOAT64):
+        if isinstance(value, float) and float(np.float32(value)) == value:
             # 1e-5 stored as float32 reads 9.99999974e-06: keep the shortest decimal that round-trips.
-            return float(str(value[0]))
-        return value[0].item()
+            return float(str(np.float32(value)))
+        return value  # type: ignore[return-value]
 
     def _typed(self, key: str, kind: type, default: object) -> object:
         value = self._scalar(key)
@@ -115,10 +115,10 @@ class _Metadata:
         return self._typed(key, str, default)  # type: ignore[return-value]
 
     def optional_int(self, key: str) -> int | None:
-        return self.get_int(key) if key in self.fields else None
+        return self.get_int(key) if key in self._file.metadata else None
 
 
-def gguf_config(meta: _Metadata, tensors: dict[str, ReaderTensor]) -> ModelConfig:
+def gguf_config(meta: GGUFMetadata, tensors: dict[str, GGUFTensor]) -> ModelConfig:
     arch = meta.get_str("general.architecture")
     if arch != "llama":
         raise CheckpointError(f"{meta.path}: GGUF architecture {arch!r} is not supported; tenor imports llama")
@@ -145,7 +145,7 @@ def gguf_config(meta: _Metadata, tensors: dict[str, ReaderTensor]) -> ModelConfi
     try:
         return ModelConfig(
             arch="llama",
-            vocab_size=int(embed.shape[1]),
+            vocab_size=embed.dims[1],
             hidden_size=d,
             intermediate_size=meta.get_int("llama.feed_forward_length"),
             num_layers=meta.get_int("llama.block_count"),
@@ -164,7 +164,7 @@ def gguf_config(meta: _Metadata, tensors: dict[str, ReaderTensor]) -> ModelConfi
         raise CheckpointError(f"{meta.path}: {exc}") from None
 
 
-def _rope_scaling(meta: _Metadata) -> RopeScaling | None:
+def _rope_scaling(meta: GGUFMetadata) -> RopeScaling | None:
     kind = meta.get_str("llama.rope.scaling.type", "none")
     if kind == "none":
         return None
@@ -183,12 +183,13 @@ def _tenor_name(path: Path, gguf_name: str) -> tuple[str, int]:
     raise CheckpointError(f"{path}: unexpected tensor {gguf_name} for a llama model")
 
 
-def _read_weight(path: Path, config: ModelConfig, name: str, parts: dict[int, ReaderTensor]) -> torch.Tensor:
+def read_weight(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int, GGUFTensor]) -> torch.Tensor:
     """One tenor tensor, float32, from its GGUF piece(s).
 
     Quantized rows are self-contained (each row is whole blocks), so q/k rows are reordered
     and pieces stacked on the raw data, and one dequantize call makes the fused tensor.
     """
+    path = file.path
     shape = float_specs(config)[name].shape
     rows = piece_rows(config, name)
     tensors, raws = [], []
@@ -196,15 +197,12 @@ def _read_weight(path: Path, config: ModelConfig, name: str, parts: dict[int, Re
         if i not in parts:
             raise CheckpointError(f"{path}: missing tensor {_gguf_name(name, i)}")
         tensor = parts[i]
-        ggml_shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
-        if ggml_shape != (count, *shape[1:]):
+        if tensor.shape != (count, *shape[1:]):
             raise CheckpointError(
-                f"{path}: tensor {tensor.name} has shape {list(ggml_shape)}, "
+                f"{path}: tensor {tensor.name} has shape {list(tensor.shape)}, "
                 f"expected {[count, *shape[1:]]} for the model config"
             )
-        data = tensor.data.view(np.ndarray)  # plain ndarray: memmap slicing costs ~1 s over a model
-        if data.nbytes != tensor.n_bytes:
-            raise CheckpointError(f"{path}: tensor {tensor.name} is cut short; the file is truncated")
+        data = file.data(tensor)
         if tensor.name.endswith((".attn_q.weight", ".attn_k.weight")):
             heads = config.num_heads if ".attn_q." in tensor.name else config.num_kv_heads
             data = data[rotary_row_order(count, heads)]
@@ -227,7 +225,7 @@ def rotary_row_order(rows: int, heads: int) -> np.ndarray:
     return np.arange(rows).reshape(heads, rows // heads // 2, 2).transpose(0, 2, 1).reshape(-1)
 
 
-def _dequantize(path: Path, tensor: ReaderTensor, data: np.ndarray) -> np.ndarray:
+def _dequantize(path: Path, tensor: GGUFTensor, data: np.ndarray) -> np.ndarray:
     qtype = tensor.tensor_type
     try:
         if qtype == GGMLQuantizationType.Q8_K:

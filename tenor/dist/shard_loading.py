@@ -118,25 +118,18 @@ def _safetensors_source(path: Path) -> ShardSource:
 
 
 def _gguf_source(path: Path) -> ShardSource:
-    from gguf import GGUFReader
-
     from tenor.checkpoints import gguf as g
+    from tenor.checkpoints.gguf_file import read_gguf
     from tenor.checkpoints.layout import float_specs
 
-    try:
-        reader = GGUFReader(path)
-    except (ValueError, OSError, IndexError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"{path}: not a readable GGUF file ({exc}); is it truncated?") from None
-    config = g.gguf_config(g._Metadata(path, reader), {t.name: t for t in reader.tensors})
-    groups: dict[str, dict] = {}
-    for tensor in reader.tensors:
-        name, index = g._tenor_name(path, tensor.name)
-        groups.setdefault(name, {})[index] = tensor
+    file = read_gguf(path)
+    config = g.gguf_config(g.GGUFMetadata(file), file.tensors)
+    groups = g.tensor_groups(file)
 
     def read(name: str, piece: TensorSlice) -> torch.Tensor:
-        return cut(g._read_weight(path, config, name, groups.get(name, {})), piece)
+        return cut(g.read_weight(file, config, name, groups.get(name, {})), piece)
 
-    tokenizer = path if "tokenizer.ggml.tokens" in reader.fields else None
+    tokenizer = path if "tokenizer.ggml.tokens" in file.metadata else None
     return ShardSource(config, list(float_specs(config)), read, tokenizer)
 
 

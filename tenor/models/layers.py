@@ -230,7 +230,11 @@ class PagedKVCache:
         store = torch.int8 if quantized else (kv_dtype or dtype)
         shape = (num_layers, 2, num_kv_heads, slots, head_dim)
         on_cpu = self.device.type == "cpu"
-        self.kv = hugepages.zeros(shape, store) if on_cpu else torch.zeros(shape, dtype=store, device=device)
+        self.kv = (
+            hugepages.zeros(shape, store, background_axis=3)
+            if on_cpu
+            else torch.zeros(shape, dtype=store, device=device)
+        )
         self.scales = (
             torch.ones(num_layers, 2, num_kv_heads, slots, 1, dtype=dtype, device=device) if quantized else None
         )

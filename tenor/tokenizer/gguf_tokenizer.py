@@ -15,8 +15,8 @@ from pathlib import Path
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
 from tokenizers import Tokenizer as Backend
 
+from tenor.checkpoints.gguf_file import MetadataValue, read_gguf_metadata
 from tenor.errors import UserError
-from tenor.tokenizer.gguf_metadata import MetadataValue, read_gguf_metadata
 from tenor.tokenizer.oneline import one_line
 from tenor.tokenizer.spec import TokenizerSpec
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tenor.checkpoints.gguf_file import GGUF_MAGIC
 from tenor.errors import UserError
-from tenor.tokenizer.gguf_metadata import GGUF_MAGIC
 from tenor.tokenizer.gguf_tokenizer import read_gguf_tokenizer
 from tenor.tokenizer.hf_files import TOKENIZER_JSON, has_tokenizer_files, read_hf_tokenizer
 from tenor.tokenizer.tokenizer import Tokenizer

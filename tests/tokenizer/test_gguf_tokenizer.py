@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tenor.checkpoints.gguf_file import read_gguf_metadata
 from tenor.errors import CheckpointError, UserError
 from tenor.tokenizer import load_tokenizer
-from tenor.tokenizer.gguf_metadata import read_gguf_metadata
 from tenor.tokenizer.gguf_tokenizer import byte_alphabet
 from tests.tokenizer.conftest import write_tiny_gguf
 
