@@ -228,7 +228,9 @@ def rotary_row_order(rows: int, heads: int) -> np.ndarray:
 def _dequantize(path: Path, tensor: GGUFTensor, data: np.ndarray) -> np.ndarray:
     qtype = tensor.tensor_type
     try:
-        if qtype == GGMLQuantizationType.Q8_K:
+        if qtype in _BLOCKS_IN_TORCH:
+            values = _dequantize_in_torch(data, qtype)
+        elif qtype == GGMLQuantizationType.Q8_K:
             values = _dequantize_q8_k(data)
         elif qtype == GGMLQuantizationType.F64:
             values = data.astype(np.float32)
@@ -240,6 +242,32 @@ def _dequantize(path: Path, tensor: GGUFTensor, data: np.ndarray) -> np.ndarray:
             "supported: F32, F16, BF16, F64, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q8_K and the IQ types"
         ) from None
     return np.asarray(values, dtype=np.float32)
+
+
+# The block types of common GGUF files (the default model's are Q4_1 and Q8_0), dequantized by
+# torch's threads in a few whole-tensor passes: gguf.quants' numpy, a group of rows at a time,
+# took ~1 s of `tenor serve`'s start on the default model. The same float32 operations as
+# gguf.quants, so the same values (tests/checkpoints/test_gguf.py compares them).
+_BLOCKS_IN_TORCH = {
+    GGMLQuantizationType.Q4_0: (18, False),  # bytes a block of 32, whether it has a minimum
+    GGMLQuantizationType.Q4_1: (20, True),
+    GGMLQuantizationType.Q8_0: (34, False),
+}
+
+
+def _dequantize_in_torch(data: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
+    block_bytes, has_min = _BLOCKS_IN_TORCH[qtype]
+    raw = torch.from_numpy(np.array(data, copy=not data.flags.writeable)).reshape(-1, block_bytes)
+    step = raw[:, :2].contiguous().view(torch.float16).float()  # [blocks, 1]
+    levels = raw[:, 4:] if has_min else raw[:, 2:]
+    if qtype == GGMLQuantizationType.Q8_0:
+        values = levels.contiguous().view(torch.int8).float() * step
+    else:  # byte j holds value j (low nibble) and value j + 16 (high)
+        nibbles = torch.cat([levels & 15, levels >> 4], dim=1)
+        values = step * (nibbles.float() if has_min else (nibbles.to(torch.int8) - 8).float())
+        if has_min:
+            values = values + raw[:, 2:4].contiguous().view(torch.float16).float()
+    return values.reshape(*data.shape[:-1], -1).numpy()
 
 
 def _dequantize_q8_k(data: np.ndarray) -> np.ndarray:

@@ -109,6 +109,7 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tenor_llama_layers_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 7 + [_I64] * 12 + [_F32, _I64]
     lib.tenor_int8_gemm_f32.argtypes = [_PTR] * 2 + [_I64] + [_PTR] * 5 + [_I64] * 4
     lib.tenor_int8_gemm_simd.argtypes, lib.tenor_int8_gemm_simd.restype = [], _I64
+    lib.tenor_quantize_u8_blocks.argtypes = [_PTR, _I64, _PTR, _PTR, _PTR, _I64]
     for fn in (
         lib.tenor_rms_norm_f32,
         lib.tenor_silu_mul_f32,
@@ -119,6 +120,7 @@ def load(path: Path) -> ctypes.CDLL:
         lib.tenor_rotary_kv_write_f32,
         lib.tenor_llama_layers_f32,
         lib.tenor_int8_gemm_f32,
+        lib.tenor_quantize_u8_blocks,
     ):
         fn.restype = None
     return lib
@@ -294,7 +296,21 @@ def quantize_u8_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
     Each block takes the better of two grids: from its minimum to its maximum in 255 steps (holds
     a GGUF Q4_1 block exactly: 16 levels, 255 = 15 * 17), or symmetric around zero in steps of
-    absmax / 127 (holds a Q8_0 block exactly)."""
+    absmax / 127 (holds a Q8_0 block exactly). tenor/csrc/block_quant.c where the kernels are
+    built, the same bytes as quantize_u8_blocks_torch in a tenth of the time or less."""
+    if not available():
+        return quantize_u8_blocks_torch(weight)
+    out_features, in_features = weight.shape
+    x = weight.float().contiguous()
+    q = torch.empty(out_features, in_features, dtype=torch.uint8)
+    scales, mins = (torch.empty(out_features, in_features // INT8_BLOCK) for _ in range(2))
+    blocks = x.numel() // INT8_BLOCK
+    _built().tenor_quantize_u8_blocks(_ptr(x), blocks, _ptr(q), _ptr(scales), _ptr(mins), torch.get_num_threads())
+    return q, scales, mins
+
+
+def quantize_u8_blocks_torch(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """quantize_u8_blocks in torch's ops: where the kernels are not built, and their reference."""
     out_features, in_features = weight.shape
     blocks = weight.float().reshape(out_features, in_features // INT8_BLOCK, INT8_BLOCK)
     low, high = blocks.amin(dim=-1), blocks.amax(dim=-1)

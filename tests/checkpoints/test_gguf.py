@@ -6,7 +6,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 
-from tenor.checkpoints.gguf import _dequantize_q8_k, load_gguf, rotary_row_order
+from tenor.checkpoints.gguf import _dequantize_in_torch, _dequantize_q8_k, load_gguf, rotary_row_order
 from tenor.errors import CheckpointError
 from tenor.registry import SMOLLM2_135M
 from tests.checkpoints.tiny_gguf import LAYER_NAMES, copy_gguf, llama_cpp_permute, write_llama_gguf
@@ -117,6 +117,18 @@ def test_wrong_architecture_and_shapes(tmp_path, tiny_hf):
         load_gguf(tmp_path / "nometa.gguf")
     with pytest.raises(CheckpointError, match="no such GGUF file"):
         load_gguf(tmp_path / "nope.gguf")
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0])
+def test_common_blocks_dequantize_to_the_gguf_packages_values(qtype):
+    weight = np.random.default_rng(5).standard_normal((70, 3, 96)).astype(np.float32) * 0.05
+    weight[0, 0] = 0.0  # a flat block
+    data = gguf.quants.quantize(weight, qtype)
+    ours, theirs = _dequantize_in_torch(data, qtype), gguf.quants.dequantize(data, qtype)
+    assert ours.dtype == np.float32 and ours.shape == theirs.shape == weight.shape
+    assert np.array_equal(ours, theirs)
+    data.setflags(write=False)  # as a view of the mapped file is
+    assert np.array_equal(_dequantize_in_torch(data, qtype), theirs)
 
 
 def test_q8_k_dequantize():

@@ -251,6 +251,18 @@ def test_block_linear_matches_its_integer_reference_and_the_float_product(rows, 
     assert torch.allclose(got, float_product, atol=1e-4)
 
 
+@needs_native
+def test_block_quantizer_gives_torchs_bytes():
+    gen = torch.Generator().manual_seed(11)
+    q8_0 = torch.randint(-127, 128, (16, 128), generator=gen).float() * 0.003  # symmetric blocks
+    edge = torch.randn(6, 64, generator=gen)
+    edge[0], edge[1, :32], edge[2, :32] = 0.0, -0.0, 1e-30  # flat and tiny blocks
+    edge[3, :32] = torch.arange(32.0)  # a block on its span's grid, with ties at half a step
+    for weight in (torch.randn(40, 96, generator=gen) * 0.05, q4_1_weight(24, 128, seed=12), q8_0, edge):
+        for ours, theirs in zip(native.quantize_u8_blocks(weight), native.quantize_u8_blocks_torch(weight)):
+            assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+
+
 def test_only_q4_1_blocks_pack_to_nibbles():
     q, scales, mins = native.quantize_u8_blocks(q4_1_weight(8, 64, seed=9))
     assert native.nibble_blocks(q, scales, mins) is not None
