@@ -29,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import math
 import mmap
+import os
 import threading
 
 import torch
@@ -104,6 +105,13 @@ def _pages_in_order(tensor: torch.Tensor, axis: int) -> list[int]:
 
 
 def _populate_pages(tensor: torch.Tensor, pages: list[int]) -> None:
+    # At the lowest priority, so that the steps served meanwhile take the cores first: at the
+    # same priority it took one of two cores from OpenMP's team, whose other thread then waited
+    # for it at every join (the engine's warm-up step ~10x as long). Linux sets it per thread.
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (OSError, AttributeError):  # not Linux, or not allowed: the pages fault in all the same
+        pass
     base, nbytes = tensor.data_ptr(), tensor.numel()
     for start in pages:
         if not _populate(base + start, min(HUGE_PAGE, nbytes - start)):
