@@ -30,6 +30,7 @@ class ServerSpec:
     argv: tuple[str, ...]  # with {port} where the port goes
     ready_path: str  # 200 once the model is loaded
     env: tuple[tuple[str, str], ...] = ()  # set over this process's environment (served_ab.py's base tree)
+    cwd: str | None = None  # where it starts (default: here)
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ class RunningServer:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 env={**os.environ, **dict(spec.env)},
+                cwd=spec.cwd,
             )
 
     def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> None:

@@ -82,9 +82,11 @@ def tenor_specs(args: argparse.Namespace, base: Path) -> dict[str, ServerSpec]:
     flags = tuple(shlex.split(args.tenor_args))
     options = PeerOptions(gguf=default_gguf_path(), tenor_args=flags, tenor_as_cpu=args.as_cpu)
     (ours,) = server_specs(["tenor"], options)
-    # the base's own cpu_proxy.py and tenor package: PYTHONPATH comes before the editable install
+    # the base's own cpu_proxy.py and tenor package: PYTHONPATH comes before the editable install,
+    # and the base starts in its own tree, since `python -m` puts the folder it starts in first
+    # (from the repository's root, the working tree's tenor: the base ran the new code)
     argv = tuple(str(base / "benchmarks" / "cpu_proxy.py") if a.endswith("cpu_proxy.py") else a for a in ours.argv)
-    theirs = replace(ours, argv=argv, env=(("PYTHONPATH", str(base)),))
+    theirs = replace(ours, argv=argv, env=(("PYTHONPATH", str(base)),), cwd=str(base))
     settings = tuple(tuple(item.split("=", 1)) for item in args.new_env)
     return {"base": theirs, "new": replace(ours, argv=ours.argv + tuple(shlex.split(args.new_args)), env=settings)}
 
