@@ -44,7 +44,6 @@ ALIGN = 64  # a cache line: each kept tensor starts on one
 MADV_POPULATE_WRITE = 23
 
 _background: list[threading.Thread] = []  # prefaulting threads, for wait_for_background()
-_LIBC = ctypes.CDLL(None, use_errno=True)  # the process's own C library
 
 
 def zeros(shape: tuple[int, ...], dtype: torch.dtype, background_axis: int | None = None) -> torch.Tensor:
@@ -91,7 +90,8 @@ def wait_for_background(timeout_s: float | None = None) -> None:
 def _populate(address: int, length: int) -> bool:
     """MADV_POPULATE_WRITE over [address, address + length); False where the kernel lacks it.
     Called through ctypes, which lets go of the GIL: a 3 GiB cache takes seconds."""
-    return _LIBC.madvise(ctypes.c_void_p(address), ctypes.c_size_t(length), MADV_POPULATE_WRITE) == 0
+    libc = ctypes.CDLL(None, use_errno=True)  # the process's own C library (loaded already)
+    return libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(length), MADV_POPULATE_WRITE) == 0
 
 
 def _pages_in_order(tensor: torch.Tensor, axis: int) -> list[int]:
