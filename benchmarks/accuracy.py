@@ -2,12 +2,16 @@
 float32 on the same GGUF (the reference of the correctness tests):
 
 - teacher-forced top-1 agreement: over every position of a few texts, fed one token a step
-  through the decode path (so decode-only kernels, such as the int8 weights, are what is
-  measured), the share of positions whose most likely next token equals HF's;
+  through the decode path (so decode-only kernels, such as the int8 weights, and the K/V read
+  back from the cache are what is measured), the share of positions whose most likely next
+  token equals HF's; and the KL divergence of tenor's next-token distribution from HF's there,
+  its mean and its largest (in nats), which sees every change of the distribution, not only
+  the flips of near-ties that top-1 and greedy agreement count;
 - prefill top-1 agreement: the same texts each as one prompt (the big-batch GEMMs), the share of
-  positions whose most likely next token equals HF's; and the same over the serving benchmark's
-  first --bench-prompts prompts (tenor.bench.prompts: 40-300 words each, some thousands of
-  positions, so that one flipped near-tie weighs little);
+  positions whose most likely next token equals HF's, and the KL divergence there; and the
+  top-1 agreement over the serving benchmark's first --bench-prompts prompts
+  (tenor.bench.prompts: 40-300 words each, some thousands of positions, so that one flipped
+  near-tie weighs little);
 - greedy agreement: 32 greedy tokens through the engine for 10 prompts, how many equal HF's
   exactly, and the mean common prefix.
 
@@ -166,6 +170,13 @@ async def engine_greedy(servable, options: EngineOptions, prompts: list[list[int
         await engine.stop()
 
 
+def kl_divergence(reference: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """KL(reference || tenor) in nats at each position of [T, V] logits, in float64."""
+    ref = torch.log_softmax(reference.double(), dim=-1)
+    ours = torch.log_softmax(logits.double().to(reference.device), dim=-1)
+    return (ref.exp() * (ref - ours)).sum(-1)
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
@@ -180,10 +191,15 @@ def measure(precision: str, tokenizer, reference: Reference, device: str = "cpu"
     servable = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype=dtype, quantize=quantize or "auto")
     loaded = load_model(servable, None, device=device)
     agree = prefill_agree = total = 0
+    divergences, prefill_divergences = [], []
     for text, ref in zip(TEXTS, reference.text_logits):
         ids, best = tokenizer.encode(text), ref.argmax(-1)
-        agree += int((stepwise_logits(loaded.model, ids, quantized_kv, device).argmax(-1) == best).sum())
-        prefill_agree += int((prefill_logits(loaded.model, ids, quantized_kv, device).argmax(-1) == best).sum())
+        stepwise = stepwise_logits(loaded.model, ids, quantized_kv, device)
+        agree += int((stepwise.argmax(-1) == best).sum())
+        divergences.append(kl_divergence(ref, stepwise))
+        prefill = prefill_logits(loaded.model, ids, quantized_kv, device)
+        prefill_agree += int((prefill.argmax(-1) == best).sum())
+        prefill_divergences.append(kl_divergence(ref, prefill))
         total += ref.shape[0]
     bench_agree = sum(
         int((prefill_logits(loaded.model, ids, quantized_kv, device).argmax(-1) == best).sum())
@@ -199,8 +215,12 @@ def measure(precision: str, tokenizer, reference: Reference, device: str = "cpu"
         "device": device,
         "weights": loaded.precision.weights,
         "teacher_forced_top1": agree / total,
+        "teacher_forced_kl_mean": float(torch.cat(divergences).mean()),
+        "teacher_forced_kl_max": float(torch.cat(divergences).max()),
         "positions": total,
         "prefill_top1": prefill_agree / total,
+        "prefill_kl_mean": float(torch.cat(prefill_divergences).mean()),
+        "prefill_kl_max": float(torch.cat(prefill_divergences).max()),
         "bench_prefill_top1": bench_agree / max(bench_positions, 1),
         "bench_positions": bench_positions,
         "greedy_identical": sum(p == NEW_TOKENS for p in prefixes),
@@ -234,14 +254,16 @@ def main() -> None:
     rows = [measure(p, tokenizer, reference, args.device) for p in precisions]
     print(f"accuracy against HF transformers float32, tenor on {args.device}, CPU {cpu.model_name} ({cpu.isa})")
     print(
-        "| precision | weights | teacher-forced top-1 | prefill top-1 | prefill top-1, benchmark prompts | "
-        "greedy 32 identical | mean common prefix |"
+        "| precision | weights | teacher-forced top-1 | its KL mean, max (nats) | prefill top-1 | its KL mean, max | "
+        "prefill top-1, benchmark prompts | greedy 32 identical | mean common prefix |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['precision']} | {r['weights']} | {r['teacher_forced_top1']:.1%} of {r['positions']} | "
-            f"{r['prefill_top1']:.1%} | {r['bench_prefill_top1']:.1%} of {r['bench_positions']} | "
+            f"{r['teacher_forced_kl_mean']:.5f}, {r['teacher_forced_kl_max']:.4f} | "
+            f"{r['prefill_top1']:.1%} | {r['prefill_kl_mean']:.5f}, {r['prefill_kl_max']:.4f} | "
+            f"{r['bench_prefill_top1']:.1%} of {r['bench_positions']} | "
             f"{r['greedy_identical']} of {r['prompts']} | {r['mean_common_prefix']:.1f} |"
         )
     if args.json_out:
