@@ -427,8 +427,11 @@ def int8_gemm_pack(levels: torch.Tensor, steps: torch.Tensor, offsets: torch.Ten
     else:
         raise ValueError("int8_gemm takes 4-bit levels (uint8, 0..15) or 8-bit ones (int8)")
     tiles, blocks = out_features // 8, in_features // INT8_BLOCK
-    # [tile, output, block, step, input] -> [tile, block, step, output, input]
-    grouped = levels.view(torch.uint8).reshape(tiles, 8, blocks, 32 // inputs, inputs).permute(0, 2, 3, 1, 4)
+    # [tile, output, block, step, input] -> [tile, block, step, output, input]; a step's inputs
+    # move together, so they move as one int32 (bits 4) or int16 (bits 8): a third of the time
+    whole_step = torch.int32 if inputs == 4 else torch.int16
+    steps_of = levels.contiguous().view(torch.uint8).view(whole_step).reshape(tiles, 8, blocks, 32 // inputs)
+    grouped = steps_of.permute(0, 2, 3, 1).contiguous().view(torch.uint8)
     by_tile = [t.reshape(tiles, 8, blocks).transpose(1, 2).contiguous().float() for t in (steps, offsets)]
     steps, offsets = (hugepages.keep(t) for t in by_tile)
     return Int8GemmWeights(hugepages.keep(grouped.reshape(tiles, blocks, 256)), bits, steps, offsets)
