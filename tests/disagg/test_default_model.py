@@ -32,12 +32,16 @@ PROMPTS = [
 ]
 SAMPLINGS = [dict(max_tokens=24, logprobs=2), dict(max_tokens=16, n=2, temperature=0.8, seed=11, logprobs=1)]
 NEAR_TIE = 0.1  # nats between the best two tokens: where int8 K/V's rounding may pick the other one
+# The two sides compute a prompt's last block through different kernels (the decode side's few-row
+# path, the interleaved engine's whole-prompt GEMM), so float32 logprobs agree to float32's
+# rounding, not bit for bit: a sum can sit either side of a third decimal's boundary.
+LOGPROB_TOLERANCE = 2e-3
 
 
 async def outputs(stream, with_logprobs: bool):
     out = [o async for o in stream]
     return [
-        (d.index, d.token_ids, d.text) + ((round(d.cumulative_logprob, 3),) if with_logprobs else ())
+        (d.index, d.token_ids, d.text) + ((d.cumulative_logprob,) if with_logprobs else ())
         for o in out
         for d in o.deltas
     ]
@@ -108,5 +112,6 @@ def test_disaggregated_equals_interleaved(quantize_kv_cache):
 
     pairs, stats, sent = asyncio.run(main())
     for got, want in pairs:
-        assert got == want
+        assert [g[:3] for g in got] == [w[:3] for w in want]  # the same tokens and text
+        assert [g[3] for g in got] == pytest.approx([w[3] for w in want], abs=LOGPROB_TOLERANCE)
     assert stats.local_fallbacks == 0 and sent >= len(PROMPTS)
