@@ -56,7 +56,7 @@ def _weights(out_features: int, in_features: int, bits: int) -> list[tuple[torch
         if bits == 4:
             nibbles = native.nibble_blocks((q // 17) * 17, scales, mins)  # every block a Q4_1 block
             assert nibbles is not None
-            made.append(nibbles)
+            made.append((nibbles.packed, nibbles.steps, nibbles.offsets))
         else:
             packed, offsets = native.signed_blocks(q, scales, mins)
             made.append((packed, scales, offsets))

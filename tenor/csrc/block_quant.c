@@ -48,3 +48,27 @@ void tenor_quantize_u8_blocks(const float *w, int64_t blocks, uint8_t *levels, f
         }
     }
 }
+
+/* The span grid's levels (0..255) of blocks that are all GGUF Q4_1 blocks (every level a multiple
+ * of 17: 16 levels, 255 = 15 * 17) as 4-bit levels, one a byte (0..15, int8_gemm's form), and
+ * packed two a byte (byte j of a block: level j low, level j + 16 high; block_linear's form). One
+ * pass, where torch's remainder, division and shifts took ~0.45 s of the default model's load.
+ * Returns 1 if every level is a multiple of 17, else 0 (the outputs are then meaningless). */
+int64_t tenor_nibble_levels(const uint8_t *q, int64_t blocks, uint8_t *levels, uint8_t *packed, int64_t threads) {
+    int64_t misses = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : misses)
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *in = q + 32 * b;
+        uint8_t *out = levels + 32 * b;
+        int off_grid = 0;
+#pragma omp simd reduction(| : off_grid)
+        for (int i = 0; i < 32; i++) {
+            const uint8_t level = (uint8_t)(in[i] / 17);
+            out[i] = level;
+            off_grid |= (uint8_t)(level * 17) != in[i];
+        }
+        for (int j = 0; j < 16; j++) packed[16 * b + j] = (uint8_t)(out[j] | (out[j + 16] << 4));
+        misses += off_grid;
+    }
+    return misses == 0;
+}

@@ -234,15 +234,15 @@ class Int8BlockKernel(DecodeKernel):
         q, scales, mins = native.quantize_u8_blocks(weight)
         nibbles = native.nibble_blocks(q, scales, mins)
         if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
-            bits, (decode_q, steps, offsets) = 4, nibbles
+            bits, decode_q, steps, offsets = 4, nibbles.packed, nibbles.steps, nibbles.offsets
         else:
             bits, steps, (decode_q, offsets) = 8, scales, native.signed_blocks(q, scales, mins)
         if not int8_gemm_applies(weight.shape[0], int8_activations):
             batched: LinearKernel = batched_kernel(weight, bias)
-        elif bits == 4 and int8_activations:  # levels 0..15 against int8 x
-            batched = Int8GemmKernel(native.int8_gemm_pack(q // 17, steps, offsets), bias)
-        elif bits == 4:  # the same weights as int8 levels (level - 8) against int16 x
-            signed = (q // 17).to(torch.int8) - 8
+        elif nibbles is not None and int8_activations:  # levels 0..15 against int8 x
+            batched = Int8GemmKernel(native.int8_gemm_pack(nibbles.levels, steps, offsets), bias)
+        elif nibbles is not None:  # the same weights as int8 levels (level - 8) against int16 x
+            signed = nibbles.levels.to(torch.int8) - 8
             batched = Int8GemmKernel(native.int8_gemm_pack(signed, steps, offsets + 8.0 * steps), bias)
         else:
             batched = Int8GemmKernel(native.int8_gemm_pack(decode_q, steps, offsets), bias)

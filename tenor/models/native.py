@@ -110,6 +110,7 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tenor_int8_gemm_f32.argtypes = [_PTR] * 2 + [_I64] + [_PTR] * 5 + [_I64] * 4
     lib.tenor_int8_gemm_simd.argtypes, lib.tenor_int8_gemm_simd.restype = [], _I64
     lib.tenor_quantize_u8_blocks.argtypes = [_PTR, _I64, _PTR, _PTR, _PTR, _I64]
+    lib.tenor_nibble_levels.argtypes, lib.tenor_nibble_levels.restype = [_PTR, _I64, _PTR, _PTR, _I64], _I64
     for fn in (
         lib.tenor_rms_norm_f32,
         lib.tenor_silu_mul_f32,
@@ -345,17 +346,42 @@ def signed_blocks(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> 
     return (q.to(torch.int16) - 128).to(torch.int8), (mins + 128.0 * scales).contiguous()
 
 
-def nibble_blocks(
-    q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+@dataclasses.dataclass(frozen=True)
+class NibbleBlocks:
+    """A weight whose blocks are all GGUF Q4_1 blocks, in 4 bits: W ~= level * step + offset, levels
+    0..15 one a byte (`levels` [OUT, IN], int8_gemm_pack's form) and two a byte (`packed` [OUT,
+    IN / 2], byte i of a block holding w[i] low and w[i + 16] high: block_linear's form); steps
+    and offsets [OUT, IN / 32]."""
+
+    levels: torch.Tensor
+    packed: torch.Tensor
+    steps: torch.Tensor
+    offsets: torch.Tensor
+
+
+def nibble_blocks(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> NibbleBlocks | None:
     """The 4-bit form of quantize_u8_blocks' output when every block is a Q4_1 block (its 8-bit
-    levels all multiples of 17, see quantize_u8_blocks): (packed uint8 [OUT, IN / 2], scales,
-    offsets [OUT, IN / 32]), byte i of a block holding w[i] and w[i + 16]. None otherwise."""
+    levels all multiples of 17, see quantize_u8_blocks), else None. In one C pass where the kernels
+    are built (tenor_nibble_levels), else nibble_blocks_torch: the same bytes."""
+    if not available():
+        return nibble_blocks_torch(q, scales, mins)
+    q = q.contiguous()
+    levels = torch.empty_like(q)
+    packed = torch.empty(q.shape[0], q.shape[1] // 2, dtype=torch.uint8)
+    blocks = q.numel() // INT8_BLOCK
+    if not _built().tenor_nibble_levels(_ptr(q), blocks, _ptr(levels), _ptr(packed), torch.get_num_threads()):
+        return None
+    return NibbleBlocks(levels, packed, (scales * 17.0).contiguous(), mins.contiguous())
+
+
+def nibble_blocks_torch(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> NibbleBlocks | None:
+    """nibble_blocks in torch's ops: where the kernels are not built, and their reference."""
     if bool((q % 17).any()):
         return None
-    levels = (q // 17).view(q.shape[0], -1, 2, 16)
-    packed = (levels[:, :, 0] | (levels[:, :, 1] << 4)).reshape(q.shape[0], -1).contiguous()
-    return packed, (scales * 17.0).contiguous(), mins.contiguous()
+    levels = q // 17
+    halves = levels.view(q.shape[0], -1, 2, 16)
+    packed = (halves[:, :, 0] | (halves[:, :, 1] << 4)).reshape(q.shape[0], -1).contiguous()
+    return NibbleBlocks(levels, packed, (scales * 17.0).contiguous(), mins.contiguous())
 
 
 def block_linear(

@@ -28,7 +28,7 @@ def q4_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     q, scales, mins = native.quantize_u8_blocks(weight)
     nibbles = native.nibble_blocks(q, scales, mins)
     assert nibbles is not None
-    return q // 17, nibbles[1], nibbles[2]
+    return nibbles.levels, nibbles.steps, nibbles.offsets
 
 
 def q8_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -235,7 +235,7 @@ def test_block_linear_matches_its_integer_reference_and_the_float_product(rows, 
     else:
         nibbles = native.nibble_blocks(q, scales, mins)
         assert nibbles is not None
-        packed, step_w, offsets = nibbles
+        packed, step_w, offsets = nibbles.packed, nibbles.steps, nibbles.offsets
         assert packed.shape == (40, 48)
         blocks = packed.view(40, 3, 16)  # byte i: w[i] low, w[i + 16] high
         levels = torch.cat([blocks & 15, blocks >> 4], dim=-1).float()
@@ -261,6 +261,26 @@ def test_block_quantizer_gives_torchs_bytes():
     for weight in (torch.randn(40, 96, generator=gen) * 0.05, q4_1_weight(24, 128, seed=12), q8_0, edge):
         for ours, theirs in zip(native.quantize_u8_blocks(weight), native.quantize_u8_blocks_torch(weight)):
             assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+
+
+@needs_native
+def test_nibble_levels_give_torchs_bytes():
+    gen = torch.Generator().manual_seed(13)
+    for weight in (q4_1_weight(24, 128, seed=14), q4_1_weight(8, 32, seed=15)):
+        q, scales, mins = native.quantize_u8_blocks(weight)
+        ours, theirs = native.nibble_blocks(q, scales, mins), native.nibble_blocks_torch(q, scales, mins)
+        assert ours is not None and theirs is not None
+        for field in ("levels", "packed", "steps", "offsets"):
+            assert torch.equal(getattr(ours, field), getattr(theirs, field)), field
+    q, scales, mins = native.quantize_u8_blocks(q4_1_weight(8, 64, seed=16))
+    q[7, 63] += 1  # one level off the 4-bit grid, in the last block
+    assert native.nibble_blocks(q, scales, mins) is None and native.nibble_blocks_torch(q, scales, mins) is None
+    q = torch.randint(0, 16, (4, 64), generator=gen, dtype=torch.uint8) * 17  # every level, 0 and 255 too
+    nibbles = native.nibble_blocks(q, scales[:4], mins[:4])
+    assert nibbles is not None and torch.equal(nibbles.levels, q // 17)
+    assert torch.equal(
+        torch.cat([nibbles.packed.view(4, 2, 16) & 15, nibbles.packed.view(4, 2, 16) >> 4], -1).view(4, 64), q // 17
+    )
 
 
 def test_only_q4_1_blocks_pack_to_nibbles():
