@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -76,19 +77,21 @@ def base_tree(rev: str, into: Path) -> Path:
     return into
 
 
-def tenor_specs(args: argparse.Namespace, base: Path) -> dict[str, ServerSpec]:
-    """`tenor serve` from the working tree ("new") and from the tree at `base` ("base"), each
-    with args.tenor_args and args.as_cpu; "new" also with args.new_args and args.new_env."""
-    flags = tuple(shlex.split(args.tenor_args))
-    options = PeerOptions(gguf=default_gguf_path(), tenor_args=flags, tenor_as_cpu=args.as_cpu)
+def tenor_specs(
+    base: Path, as_cpu: str | None = None, tenor_args: str = "", new_args: str = "", new_env: Sequence[str] = ()
+) -> dict[str, ServerSpec]:
+    """`tenor serve` from the working tree ("new") and from the tree at `base` ("base"), each with
+    the flags in `tenor_args` and narrowed to `as_cpu`'s code (benchmarks/cpu_proxy.py) where it is
+    given; "new" also with the flags in `new_args` and the KEY=VALUE settings in `new_env`."""
+    options = PeerOptions(gguf=default_gguf_path(), tenor_args=tuple(shlex.split(tenor_args)), tenor_as_cpu=as_cpu)
     (ours,) = server_specs(["tenor"], options)
     # the base's own cpu_proxy.py and tenor package: PYTHONPATH comes before the editable install,
     # and the base starts in its own tree, since `python -m` puts the folder it starts in first
     # (from the repository's root, the working tree's tenor: the base ran the new code)
     argv = tuple(str(base / "benchmarks" / "cpu_proxy.py") if a.endswith("cpu_proxy.py") else a for a in ours.argv)
     theirs = replace(ours, argv=argv, env=(("PYTHONPATH", str(base)),), cwd=str(base))
-    settings = tuple(tuple(item.split("=", 1)) for item in args.new_env)
-    return {"base": theirs, "new": replace(ours, argv=ours.argv + tuple(shlex.split(args.new_args)), env=settings)}
+    settings = tuple((key, value) for key, value in (item.split("=", 1) for item in new_env))
+    return {"base": theirs, "new": replace(ours, argv=ours.argv + tuple(shlex.split(new_args)), env=settings)}
 
 
 def _one_run(spec: ServerSpec, point: Point, args: argparse.Namespace, log: Path) -> dict[str, float]:
@@ -129,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     rounds: list[dict[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory(prefix="tenor-base-") as tmp:
         try:
-            specs = tenor_specs(args, base_tree(args.base, Path(tmp)))
+            specs = tenor_specs(
+                base_tree(args.base, Path(tmp)), args.as_cpu, args.tenor_args, args.new_args, args.new_env
+            )
         except subprocess.CalledProcessError as exc:
             print(f"served_ab: error: git archive {args.base}: {exc.stderr.decode().strip()}", file=sys.stderr)
             return 2

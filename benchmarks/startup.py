@@ -41,8 +41,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
-    # what tenor_specs reads: neither side narrowed to another CPU's code, no extra flags
-    args.as_cpu, args.tenor_args, args.new_args, args.new_env = None, "", "", []
     return args
 
 
@@ -59,7 +57,7 @@ def _seconds_to_ready(spec: ServerSpec, log: Path, timeout_s: float) -> float:
 def _specs(args: argparse.Namespace, tmp: Path) -> dict[str, ServerSpec]:
     gguf = default_gguf_path()
     if args.base is not None:
-        specs = tenor_specs(args, base_tree(args.base, tmp))
+        specs = tenor_specs(base_tree(args.base, tmp))  # this CPU's code, no extra flags
     else:
         (ours,) = server_specs(["tenor"], PeerOptions(gguf=gguf))
         specs = {"new": ours}

@@ -22,8 +22,7 @@ def test_the_base_runs_its_own_tree_and_only_the_new_side_gets_the_setting(tmp_p
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     monkeypatch.setattr(served_ab, "default_gguf_path", lambda: gguf)
-    args = served_ab._parse_args(["--base", "HEAD~1", "--as-cpu", "avx2", "--new-env", "GOMP_SPINCOUNT=10000"])
-    specs = served_ab.tenor_specs(args, tmp_path / "base")
+    specs = served_ab.tenor_specs(tmp_path / "base", as_cpu="avx2", new_env=["GOMP_SPINCOUNT=10000"])
     assert specs["base"].argv[1] == str(tmp_path / "base" / "benchmarks" / "cpu_proxy.py")
     assert specs["new"].argv[1] == str(Path(served_ab.__file__).parent / "cpu_proxy.py")
     assert specs["base"].env == (("PYTHONPATH", str(tmp_path / "base")),)
@@ -31,7 +30,7 @@ def test_the_base_runs_its_own_tree_and_only_the_new_side_gets_the_setting(tmp_p
     assert specs["base"].argv[2:] == specs["new"].argv[2:]  # the same flags and model
 
 
-@pytest.mark.parametrize("as_cpu", [[], ["--as-cpu", "avx2"]])
+@pytest.mark.parametrize("as_cpu", [None, "avx2"])
 def test_the_base_side_imports_the_base_trees_tenor(tmp_path, monkeypatch, as_cpu):
     """Started from the repository's root, as the benchmark is: `python -m` puts the folder a
     process starts in first on sys.path, so the base must start in its own tree."""
@@ -46,7 +45,7 @@ def test_the_base_side_imports_the_base_trees_tenor(tmp_path, monkeypatch, as_cp
         (base / module).write_text("")
     (base / "tenor/cli/main.py").write_text(report)
     (base / "benchmarks/cpu_proxy.py").write_text(report)
-    specs = served_ab.tenor_specs(served_ab._parse_args(["--base", "HEAD", *as_cpu]), base)
+    specs = served_ab.tenor_specs(base, as_cpu=as_cpu)
     assert RunningServer(specs["base"], tmp_path / "base.log").process.wait(60) == 0
     assert seen.read_text() == str(base / "tenor" / "__init__.py")
 
