@@ -25,7 +25,7 @@ import torch
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tenor.models import native  # noqa: E402
+from tenor.models import block_weights, native  # noqa: E402
 
 # (out, in) of SmolLM2-135M's linears: qkv, o, gate_up, down, LM head
 SHAPES = [(1728, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576)]
@@ -74,8 +74,8 @@ def main() -> None:
         steps = torch.rand(out_features, in_features // 32) * 0.01
         integer = []
         if native.int8_gemm_simd():  # the same weights as int8 levels (int16 x) and as 0..15 (int8 x)
-            integer = [native.int8_gemm_pack(levels.to(torch.int8) - 8, steps, 0 * steps)]
-            integer.append(native.int8_gemm_pack(levels, steps, -8 * steps))
+            integer = [block_weights.int8_gemm_pack(levels.to(torch.int8) - 8, steps, 0 * steps)]
+            integer.append(block_weights.int8_gemm_pack(levels, steps, -8 * steps))
         for rows in (int(r) for r in args.rows.split(",")):
             x = torch.randn(rows, in_features)
             a = median_ms(lambda: torch.ops.quantized.linear_dynamic_fp16(x, fp16), args.repeats)

@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from tenor.models import native
+from tenor.models import block_weights, native
 
 REPO = Path(__file__).resolve().parent.parent
 SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576))  # the default model's, OUT x IN
@@ -52,28 +52,28 @@ def _weights(out_features: int, in_features: int, bits: int) -> list[tuple[torch
     copies = max(1, min(30, COPIES_BYTES // (out_features * in_features)))
     made: list[tuple[torch.Tensor, ...]] = []
     for _ in range(copies):
-        q, scales, mins = native.quantize_u8_blocks(torch.randn(out_features, in_features) * 0.02)
+        q, scales, mins = block_weights.quantize_u8_blocks(torch.randn(out_features, in_features) * 0.02)
         if bits == 4:
-            nibbles = native.nibble_blocks((q // 17) * 17, scales, mins)  # every block a Q4_1 block
+            nibbles = block_weights.nibble_blocks((q // 17) * 17, scales, mins)  # every block a Q4_1 block
             assert nibbles is not None
             made.append((nibbles.packed, nibbles.steps, nibbles.offsets))
         else:
-            packed, offsets = native.signed_blocks(q, scales, mins)
+            packed, offsets = block_weights.signed_blocks(q, scales, mins)
             made.append((packed, scales, offsets))
     return made
 
 
-def _gemm_weights(out_features: int, in_features: int, bits: int) -> native.Int8GemmWeights:
+def _gemm_weights(out_features: int, in_features: int, bits: int) -> block_weights.Int8GemmWeights:
     """One weight in int8_gemm's layout; at many rows each is read once for dozens of rows, so one
     copy serves (from cache or not, as in serving)."""
-    q, scales, mins = native.quantize_u8_blocks(torch.randn(out_features, in_features) * 0.02)
+    q, scales, mins = block_weights.quantize_u8_blocks(torch.randn(out_features, in_features) * 0.02)
     if bits == 4:
-        return native.int8_gemm_pack((q // 17).to(torch.uint8), scales * 17, mins)
-    levels, offsets = native.signed_blocks(q, scales, mins)
-    return native.int8_gemm_pack(levels, scales, offsets)
+        return block_weights.int8_gemm_pack((q // 17).to(torch.uint8), scales * 17, mins)
+    levels, offsets = block_weights.signed_blocks(q, scales, mins)
+    return block_weights.int8_gemm_pack(levels, scales, offsets)
 
 
-def _call_gemm(lib: ctypes.CDLL, x: torch.Tensor, w: native.Int8GemmWeights, out: torch.Tensor) -> None:
+def _call_gemm(lib: ctypes.CDLL, x: torch.Tensor, w: block_weights.Int8GemmWeights, out: torch.Tensor) -> None:
     rows, in_features = x.shape
     scratch = torch.empty(rows * in_features * w.bits // 4 + 8 * rows * (in_features // 32), dtype=torch.uint8)
     lib.tenor_int8_gemm_f32(
@@ -86,11 +86,11 @@ def _call_gemm(lib: ctypes.CDLL, x: torch.Tensor, w: native.Int8GemmWeights, out
     )
 
 
-Weights = tuple[torch.Tensor, ...] | native.Int8GemmWeights
+Weights = tuple[torch.Tensor, ...] | block_weights.Int8GemmWeights
 
 
 def _call(lib: ctypes.CDLL, x: torch.Tensor, weights: Weights, bits: int, out: torch.Tensor) -> None:
-    if isinstance(weights, native.Int8GemmWeights):
+    if isinstance(weights, block_weights.Int8GemmWeights):
         _call_gemm(lib, x, weights, out)
         return
     packed, scales, offsets = weights

@@ -1,5 +1,5 @@
 /* Weights into blocks of 32 that share a step and a minimum, at load: the C form of
- * tenor/models/native.py's quantize_u8_blocks_torch, which took 1.3-2.4 s of `tenor serve`'s start
+ * tenor/models/block_weights.py's quantize_u8_blocks_torch, which took 1.3-2.4 s of `tenor serve`'s start
  * on the default model (two candidate grids over 135M floats, a dozen passes of torch ops each).
  *
  * The same float32 operations in the same order, so both give the same bytes (the library is built

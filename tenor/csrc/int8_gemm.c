@@ -2,7 +2,7 @@
  * AVX2 ones, and AVX-512 ones with VNNI (Cascade Lake, Ice Lake), where it is built 512 bits wide.
  *
  * Weights in blocks of 32 along IN, each block with a step and an offset: W ~= level * step + offset,
- * repacked at load by tenor/models/native.py for eight outputs at a time (int8_gemm_pack). Rows of
+ * repacked at load by tenor/models/block_weights.py for eight outputs at a time (int8_gemm_pack). Rows of
  * x are quantized per block of 32 as well, so a block's product is an integer dot:
  *   bits 4: levels 0..15 (GGUF Q4_1 blocks) against int8 x (absmax / 127 steps, as llama.cpp's Q8
  *     activations): vpmaddubsw multiplies 32 levels by 32 int8 of x and adds pairs, one instruction

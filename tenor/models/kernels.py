@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from tenor import hugepages
-from tenor.models import native
+from tenor.models import block_weights, native
 
 WEIGHT_FORMATS = ("dense", "fp16", "int8", "int8a8")
 
@@ -199,7 +199,7 @@ class Int8GemmKernel(LinearKernel):
 
     name = "int8_gemm"
 
-    def __init__(self, weights: native.Int8GemmWeights, bias: torch.Tensor | None) -> None:
+    def __init__(self, weights: block_weights.Int8GemmWeights, bias: torch.Tensor | None) -> None:
         self.weights = weights
         self.bias = None if bias is None else bias.float().contiguous()
 
@@ -231,21 +231,21 @@ class Int8BlockKernel(DecodeKernel):
     name = "int8"
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, int8_activations: bool = False) -> None:
-        q, scales, mins = native.quantize_u8_blocks(weight)
-        nibbles = native.nibble_blocks(q, scales, mins)
+        q, scales, mins = block_weights.quantize_u8_blocks(weight)
+        nibbles = block_weights.nibble_blocks(q, scales, mins)
         if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
             bits, decode_q, steps, offsets = 4, nibbles.packed, nibbles.steps, nibbles.offsets
         else:
-            bits, steps, (decode_q, offsets) = 8, scales, native.signed_blocks(q, scales, mins)
+            bits, steps, (decode_q, offsets) = 8, scales, block_weights.signed_blocks(q, scales, mins)
         if not int8_gemm_applies(weight.shape[0], int8_activations):
             batched: LinearKernel = batched_kernel(weight, bias)
         elif nibbles is not None and int8_activations:  # levels 0..15 against int8 x
-            batched = Int8GemmKernel(native.int8_gemm_pack(nibbles.levels, steps, offsets), bias)
+            batched = Int8GemmKernel(block_weights.int8_gemm_pack(nibbles.levels, steps, offsets), bias)
         elif nibbles is not None:  # the same weights as int8 levels (level - 8) against int16 x
             signed = nibbles.levels.to(torch.int8) - 8
-            batched = Int8GemmKernel(native.int8_gemm_pack(signed, steps, offsets + 8.0 * steps), bias)
+            batched = Int8GemmKernel(block_weights.int8_gemm_pack(signed, steps, offsets + 8.0 * steps), bias)
         else:
-            batched = Int8GemmKernel(native.int8_gemm_pack(decode_q, steps, offsets), bias)
+            batched = Int8GemmKernel(block_weights.int8_gemm_pack(decode_q, steps, offsets), bias)
         super().__init__(batched, weight.shape[0], bias)
         self.bits, self.q, self.scales, self.offsets = bits, *(hugepages.keep(t) for t in (decode_q, steps, offsets))
 

@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from tenor import hardware
-from tenor.models import kernels, native
+from tenor.models import block_weights, kernels, native
 from tenor.models.kernels import Int8BlockKernel, Int8GemmKernel, int8_gemm_applies
-from tests.models.test_native import q4_1_weight
+from tests.models.test_block_weights import q4_1_weight
 
 needs_simd = pytest.mark.skipif(
     not native.int8_gemm_simd(), reason="tenor's kernels not built, or built without AVX2 (int8_gemm's vector path)"
@@ -25,16 +25,16 @@ needs_simd = pytest.mark.skipif(
 
 def q4_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A Q4_1 weight as (levels 0..15, steps, offsets), as Int8BlockKernel hands it over."""
-    q, scales, mins = native.quantize_u8_blocks(weight)
-    nibbles = native.nibble_blocks(q, scales, mins)
+    q, scales, mins = block_weights.quantize_u8_blocks(weight)
+    nibbles = block_weights.nibble_blocks(q, scales, mins)
     assert nibbles is not None
     return nibbles.levels, nibbles.steps, nibbles.offsets
 
 
 def q8_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Any weight as (int8 levels, steps, offsets), as Int8BlockKernel hands it over."""
-    q, scales, mins = native.quantize_u8_blocks(weight)
-    levels, offsets = native.signed_blocks(q, scales, mins)
+    q, scales, mins = block_weights.quantize_u8_blocks(weight)
+    levels, offsets = block_weights.signed_blocks(q, scales, mins)
     return levels, scales, offsets
 
 
@@ -65,7 +65,7 @@ def test_int8_gemm_matches_its_integer_reference_and_the_float_product(rows, bit
     weight = q4_1_weight(24, 96, seed=rows) if bits == 4 else torch.randn(24, 96, generator=gen) * 0.05
     bias = torch.randn(24, generator=gen) if with_bias else None
     levels, steps, offsets = q4_levels(weight) if bits == 4 else q8_levels(weight)
-    packed = native.int8_gemm_pack(levels, steps, offsets)
+    packed = block_weights.int8_gemm_pack(levels, steps, offsets)
     assert packed.bits == bits
     assert packed.levels.shape == (3, 3, 256) and packed.steps.shape == packed.offsets.shape == (3, 3, 8)
     x = torch.randn(rows, 96, generator=gen)
@@ -85,21 +85,6 @@ def test_int8_gemm_matches_its_integer_reference_and_the_float_product(rows, bit
     float_product = F.linear(x, weight, bias)  # what quantizing x costs: half a step of x a weight
     tolerance = 0.02 if bits == 4 else 0.01  # int16 x: the 8-bit weights' own rounding dominates
     assert (got - float_product).abs().max() <= tolerance * float_product.abs().max()
-
-
-def test_pack_puts_four_inputs_of_eight_outputs_in_each_step():
-    levels = (torch.arange(16 * 64) % 16).to(torch.uint8).view(16, 64)
-    levels[9, 37] = 3  # output 9 is tile 1's output 1; input 37 is block 1, step 1, input 1
-    steps, offsets = torch.rand(16, 2), torch.rand(16, 2)
-    packed = native.int8_gemm_pack(levels, steps, offsets)
-    assert packed.levels[1, 1, 32 * 1 + 4 * 1 + 1] == 3 and packed.out_features == 16
-    assert packed.steps[1, 1, 1] == steps[9, 1] and packed.offsets[1, 0, 7] == offsets[15, 0]
-    with pytest.raises(ValueError, match="multiple of 8"):
-        native.int8_gemm_pack(levels[:12], steps[:12], offsets[:12])
-    signed = native.int8_gemm_pack(levels.to(torch.int8) - 8, steps, offsets)
-    assert signed.bits == 8 and signed.levels[1, 1, 16 * 2 + 2 * 1 + 1] == 256 - 5  # input 37: step 2, input 1
-    with pytest.raises(ValueError, match="4-bit levels"):
-        native.int8_gemm_pack(levels * 2, steps, offsets)
 
 
 AVX2_ONLY = dataclasses.replace(hardware.cpu_info(), flags=frozenset({"avx2", "fma"}))
@@ -199,7 +184,7 @@ def test_every_build_of_the_int8_gemm_matches_the_integer_reference(tmp_path, na
     for bits in (4, 8):
         weight = q4_1_weight(40, 64, seed=3) if bits == 4 else torch.randn(40, 64, generator=gen) * 0.05
         levels, steps, offsets = q4_levels(weight) if bits == 4 else q8_levels(weight)
-        packed = native.int8_gemm_pack(levels, steps, offsets)  # 5 tiles: two pairs and one alone
+        packed = block_weights.int8_gemm_pack(levels, steps, offsets)  # 5 tiles: two pairs and one alone
         bias = torch.randn(40, generator=gen)
         for rows in (3, 13, 60):
             x = torch.randn(rows, 64, generator=gen)

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from tenor import hardware
-from tenor.models import native
+from tenor.models import block_weights, native
+from tests.models.test_block_weights import q4_1_weight
 
 needs_native = pytest.mark.skipif(not native.available(), reason="no C compiler, or TENOR_NATIVE_KERNELS=0")
 
@@ -203,17 +204,6 @@ def quantized_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.round(blocks / step.clamp(min=1e-30)), step
 
 
-def q4_1_weight(out_features: int, in_features: int, seed: int) -> torch.Tensor:
-    """Weights made of GGUF Q4_1 blocks: min + d * q4, q4 in 0..15 spanning 0 and 15."""
-    gen = torch.Generator().manual_seed(seed)
-    blocks = in_features // 32
-    d = torch.rand(out_features, blocks, 1, generator=gen) * 0.01
-    low = torch.randn(out_features, blocks, 1, generator=gen) * 0.1
-    q4 = torch.randint(0, 16, (out_features, blocks, 32), generator=gen)
-    q4[..., 0], q4[..., 1] = 0, 15
-    return (low + d * q4).reshape(out_features, in_features)
-
-
 @needs_native
 @pytest.mark.parametrize("rows", [1, 3, 8])
 @pytest.mark.parametrize("bits", [8, 4])
@@ -224,16 +214,16 @@ def test_block_linear_matches_its_integer_reference_and_the_float_product(rows, 
     else:
         weight = q4_1_weight(40, 96, seed=4)
     bias = torch.randn(40, generator=gen)
-    q, scales, mins = native.quantize_u8_blocks(weight)
+    q, scales, mins = block_weights.quantize_u8_blocks(weight)
     assert q.dtype == torch.uint8 and scales.shape == mins.shape == (40, 3)
     dequantized = (q.view(40, 3, 32).float() * scales[..., None] + mins[..., None]).view(40, 96)
     assert (dequantized - weight).abs().max() <= scales.max() / 2 + 1e-6  # half a step at most
     if bits == 8:
-        packed, offsets = native.signed_blocks(q, scales, mins)
+        packed, offsets = block_weights.signed_blocks(q, scales, mins)
         assert packed.dtype == torch.int8
         levels, step_w = packed.view(40, 3, 32).float(), scales
     else:
-        nibbles = native.nibble_blocks(q, scales, mins)
+        nibbles = block_weights.nibble_blocks(q, scales, mins)
         assert nibbles is not None
         packed, step_w, offsets = nibbles.packed, nibbles.steps, nibbles.offsets
         assert packed.shape == (40, 48)
@@ -249,69 +239,6 @@ def test_block_linear_matches_its_integer_reference_and_the_float_product(rows, 
     assert torch.allclose(native.block_linear(x, packed, bits, step_w, offsets, None), expected, atol=1e-4)
     float_product = F.linear(x, dequantized, bias)  # what activation quantization costs
     assert torch.allclose(got, float_product, atol=1e-4)
-
-
-@needs_native
-def test_block_quantizer_gives_torchs_bytes():
-    gen = torch.Generator().manual_seed(11)
-    q8_0 = torch.randint(-127, 128, (16, 128), generator=gen).float() * 0.003  # symmetric blocks
-    edge = torch.randn(6, 64, generator=gen)
-    edge[0], edge[1, :32], edge[2, :32] = 0.0, -0.0, 1e-30  # flat and tiny blocks
-    edge[3, :32] = torch.arange(32.0)  # a block on its span's grid, with ties at half a step
-    for weight in (torch.randn(40, 96, generator=gen) * 0.05, q4_1_weight(24, 128, seed=12), q8_0, edge):
-        for ours, theirs in zip(native.quantize_u8_blocks(weight), native.quantize_u8_blocks_torch(weight)):
-            assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
-
-
-@needs_native
-def test_nibble_levels_give_torchs_bytes():
-    gen = torch.Generator().manual_seed(13)
-    for weight in (q4_1_weight(24, 128, seed=14), q4_1_weight(8, 32, seed=15)):
-        q, scales, mins = native.quantize_u8_blocks(weight)
-        ours, theirs = native.nibble_blocks(q, scales, mins), native.nibble_blocks_torch(q, scales, mins)
-        assert ours is not None and theirs is not None
-        for field in ("levels", "packed", "steps", "offsets"):
-            assert torch.equal(getattr(ours, field), getattr(theirs, field)), field
-    q, scales, mins = native.quantize_u8_blocks(q4_1_weight(8, 64, seed=16))
-    q[7, 63] += 1  # one level off the 4-bit grid, in the last block
-    assert native.nibble_blocks(q, scales, mins) is None and native.nibble_blocks_torch(q, scales, mins) is None
-    q = torch.randint(0, 16, (4, 64), generator=gen, dtype=torch.uint8) * 17  # every level, 0 and 255 too
-    nibbles = native.nibble_blocks(q, scales[:4], mins[:4])
-    assert nibbles is not None and torch.equal(nibbles.levels, q // 17)
-    assert torch.equal(
-        torch.cat([nibbles.packed.view(4, 2, 16) & 15, nibbles.packed.view(4, 2, 16) >> 4], -1).view(4, 64), q // 17
-    )
-
-
-def test_only_q4_1_blocks_pack_to_nibbles():
-    q, scales, mins = native.quantize_u8_blocks(q4_1_weight(8, 64, seed=9))
-    assert native.nibble_blocks(q, scales, mins) is not None
-    q, scales, mins = native.quantize_u8_blocks(torch.randn(8, 64) * 0.05)
-    assert native.nibble_blocks(q, scales, mins) is None
-
-
-def test_q4_1_blocks_land_on_the_u8_grid_exactly():
-    """A GGUF Q4_1 block is min + d * q4, q4 in 0..15: the 8-bit grid's step is d / 17."""
-    gen = torch.Generator().manual_seed(6)
-    d, low = torch.rand(8, 2, 1, generator=gen) * 0.01, torch.randn(8, 2, 1, generator=gen) * 0.1
-    q4 = torch.randint(0, 16, (8, 2, 32), generator=gen)
-    q4[..., 0], q4[..., 1] = 0, 15  # Q4_1 blocks span their own minimum and maximum
-    weight = (low + d * q4).reshape(8, 64)
-    q, scales, mins = native.quantize_u8_blocks(weight)
-    dequantized = (q.view(8, 2, 32).float() * scales[..., None] + mins[..., None]).view(8, 64)
-    assert torch.allclose(dequantized, weight, atol=1e-6)
-
-
-def test_q8_0_blocks_land_on_the_u8_grid_exactly():
-    """A GGUF Q8_0 block is d * q, q in -127..127 with some |q| = 127: the symmetric grid."""
-    gen = torch.Generator().manual_seed(7)
-    d = torch.rand(8, 2, 1, generator=gen) * 0.001
-    q8 = torch.randint(-127, 128, (8, 2, 32), generator=gen)
-    q8[..., 0] = 127
-    weight = (d * q8).reshape(8, 64)
-    q, scales, mins = native.quantize_u8_blocks(weight)
-    dequantized = (q.view(8, 2, 32).float() * scales[..., None] + mins[..., None]).view(8, 64)
-    assert torch.allclose(dequantized, weight, atol=1e-7)
 
 
 @needs_native

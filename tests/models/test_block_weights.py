@@ -1,0 +1,103 @@
+"""Block weights (tenor/models/block_weights.py): the C passes give the bytes of their torch
+forms, GGUF's Q4_1 and Q8_0 blocks land on the grids exactly, and int8_gemm's layout."""
+
+import pytest
+import torch
+
+from tenor.models import block_weights, native
+
+needs_native = pytest.mark.skipif(not native.available(), reason="no C compiler, or TENOR_NATIVE_KERNELS=0")
+
+
+def q4_1_weight(out_features: int, in_features: int, seed: int) -> torch.Tensor:
+    """Weights made of GGUF Q4_1 blocks: min + d * q4, q4 in 0..15 spanning 0 and 15."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks = in_features // 32
+    d = torch.rand(out_features, blocks, 1, generator=gen) * 0.01
+    low = torch.randn(out_features, blocks, 1, generator=gen) * 0.1
+    q4 = torch.randint(0, 16, (out_features, blocks, 32), generator=gen)
+    q4[..., 0], q4[..., 1] = 0, 15
+    return (low + d * q4).reshape(out_features, in_features)
+
+
+@needs_native
+def test_block_quantizer_gives_torchs_bytes():
+    gen = torch.Generator().manual_seed(11)
+    q8_0 = torch.randint(-127, 128, (16, 128), generator=gen).float() * 0.003  # symmetric blocks
+    edge = torch.randn(6, 64, generator=gen)
+    edge[0], edge[1, :32], edge[2, :32] = 0.0, -0.0, 1e-30  # flat and tiny blocks
+    edge[3, :32] = torch.arange(32.0)  # a block on its span's grid, with ties at half a step
+    for weight in (torch.randn(40, 96, generator=gen) * 0.05, q4_1_weight(24, 128, seed=12), q8_0, edge):
+        for ours, theirs in zip(
+            block_weights.quantize_u8_blocks(weight), block_weights.quantize_u8_blocks_torch(weight)
+        ):
+            assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+
+
+@needs_native
+def test_nibble_levels_give_torchs_bytes():
+    gen = torch.Generator().manual_seed(13)
+    for weight in (q4_1_weight(24, 128, seed=14), q4_1_weight(8, 32, seed=15)):
+        q, scales, mins = block_weights.quantize_u8_blocks(weight)
+        ours, theirs = block_weights.nibble_blocks(q, scales, mins), block_weights.nibble_blocks_torch(q, scales, mins)
+        assert ours is not None and theirs is not None
+        for field in ("levels", "packed", "steps", "offsets"):
+            assert torch.equal(getattr(ours, field), getattr(theirs, field)), field
+    q, scales, mins = block_weights.quantize_u8_blocks(q4_1_weight(8, 64, seed=16))
+    q[7, 63] += 1  # one level off the 4-bit grid, in the last block
+    assert (
+        block_weights.nibble_blocks(q, scales, mins) is None
+        and block_weights.nibble_blocks_torch(q, scales, mins) is None
+    )
+    q = torch.randint(0, 16, (4, 64), generator=gen, dtype=torch.uint8) * 17  # every level, 0 and 255 too
+    nibbles = block_weights.nibble_blocks(q, scales[:4], mins[:4])
+    assert nibbles is not None and torch.equal(nibbles.levels, q // 17)
+    assert torch.equal(
+        torch.cat([nibbles.packed.view(4, 2, 16) & 15, nibbles.packed.view(4, 2, 16) >> 4], -1).view(4, 64), q // 17
+    )
+
+
+def test_only_q4_1_blocks_pack_to_nibbles():
+    q, scales, mins = block_weights.quantize_u8_blocks(q4_1_weight(8, 64, seed=9))
+    assert block_weights.nibble_blocks(q, scales, mins) is not None
+    q, scales, mins = block_weights.quantize_u8_blocks(torch.randn(8, 64) * 0.05)
+    assert block_weights.nibble_blocks(q, scales, mins) is None
+
+
+def test_q4_1_blocks_land_on_the_u8_grid_exactly():
+    """A GGUF Q4_1 block is min + d * q4, q4 in 0..15: the 8-bit grid's step is d / 17."""
+    gen = torch.Generator().manual_seed(6)
+    d, low = torch.rand(8, 2, 1, generator=gen) * 0.01, torch.randn(8, 2, 1, generator=gen) * 0.1
+    q4 = torch.randint(0, 16, (8, 2, 32), generator=gen)
+    q4[..., 0], q4[..., 1] = 0, 15  # Q4_1 blocks span their own minimum and maximum
+    weight = (low + d * q4).reshape(8, 64)
+    q, scales, mins = block_weights.quantize_u8_blocks(weight)
+    dequantized = (q.view(8, 2, 32).float() * scales[..., None] + mins[..., None]).view(8, 64)
+    assert torch.allclose(dequantized, weight, atol=1e-6)
+
+
+def test_q8_0_blocks_land_on_the_u8_grid_exactly():
+    """A GGUF Q8_0 block is d * q, q in -127..127 with some |q| = 127: the symmetric grid."""
+    gen = torch.Generator().manual_seed(7)
+    d = torch.rand(8, 2, 1, generator=gen) * 0.001
+    q8 = torch.randint(-127, 128, (8, 2, 32), generator=gen)
+    q8[..., 0] = 127
+    weight = (d * q8).reshape(8, 64)
+    q, scales, mins = block_weights.quantize_u8_blocks(weight)
+    dequantized = (q.view(8, 2, 32).float() * scales[..., None] + mins[..., None]).view(8, 64)
+    assert torch.allclose(dequantized, weight, atol=1e-7)
+
+
+def test_pack_puts_four_inputs_of_eight_outputs_in_each_step():
+    levels = (torch.arange(16 * 64) % 16).to(torch.uint8).view(16, 64)
+    levels[9, 37] = 3  # output 9 is tile 1's output 1; input 37 is block 1, step 1, input 1
+    steps, offsets = torch.rand(16, 2), torch.rand(16, 2)
+    packed = block_weights.int8_gemm_pack(levels, steps, offsets)
+    assert packed.levels[1, 1, 32 * 1 + 4 * 1 + 1] == 3 and packed.out_features == 16
+    assert packed.steps[1, 1, 1] == steps[9, 1] and packed.offsets[1, 0, 7] == offsets[15, 0]
+    with pytest.raises(ValueError, match="multiple of 8"):
+        block_weights.int8_gemm_pack(levels[:12], steps[:12], offsets[:12])
+    signed = block_weights.int8_gemm_pack(levels.to(torch.int8) - 8, steps, offsets)
+    assert signed.bits == 8 and signed.levels[1, 1, 16 * 2 + 2 * 1 + 1] == 256 - 5  # input 37: step 2, input 1
+    with pytest.raises(ValueError, match="4-bit levels"):
+        block_weights.int8_gemm_pack(levels * 2, steps, offsets)
