@@ -210,17 +210,18 @@ def measure(precision: str, tokenizer, reference: Reference, device: str = "cpu"
     options = EngineOptions(kv_cache_bytes=256 << 20, warmup=False, quantize_kv_cache=quantized_kv, device=device)
     greedy = asyncio.run(engine_greedy(servable, options, prompts))
     prefixes = [common_prefix(g, r) for g, r in zip(greedy, reference.greedy)]
+    stepwise_kl, prefill_kl = torch.cat(divergences), torch.cat(prefill_divergences)
     return {
         "precision": precision,
         "device": device,
         "weights": loaded.precision.weights,
         "teacher_forced_top1": agree / total,
-        "teacher_forced_kl_mean": float(torch.cat(divergences).mean()),
-        "teacher_forced_kl_max": float(torch.cat(divergences).max()),
+        "teacher_forced_kl_mean": float(stepwise_kl.mean()),
+        "teacher_forced_kl_max": float(stepwise_kl.max()),
         "positions": total,
         "prefill_top1": prefill_agree / total,
-        "prefill_kl_mean": float(torch.cat(prefill_divergences).mean()),
-        "prefill_kl_max": float(torch.cat(prefill_divergences).max()),
+        "prefill_kl_mean": float(prefill_kl.mean()),
+        "prefill_kl_max": float(prefill_kl.max()),
         "bench_prefill_top1": bench_agree / max(bench_positions, 1),
         "bench_positions": bench_positions,
         "greedy_identical": sum(p == NEW_TOKENS for p in prefixes),

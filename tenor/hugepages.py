@@ -27,6 +27,7 @@ handed out.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import mmap
 import os
@@ -87,11 +88,16 @@ def wait_for_background(timeout_s: float | None = None) -> None:
         thread.join(timeout_s)
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The process's own C library (loaded already), looked up once rather than for each page."""
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _populate(address: int, length: int) -> bool:
     """MADV_POPULATE_WRITE over [address, address + length); False where the kernel lacks it.
     Called through ctypes, which lets go of the GIL: a 3 GiB cache takes seconds."""
-    libc = ctypes.CDLL(None, use_errno=True)  # the process's own C library (loaded already)
-    return libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(length), MADV_POPULATE_WRITE) == 0
+    return _libc().madvise(ctypes.c_void_p(address), ctypes.c_size_t(length), MADV_POPULATE_WRITE) == 0
 
 
 def _pages_in_order(tensor: torch.Tensor, axis: int) -> list[int]:
