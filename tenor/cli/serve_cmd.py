@@ -25,7 +25,6 @@ from tenor.engine.factory import EngineOptions, create_engine
 from tenor.errors import UserError
 from tenor.hardware import QUANTIZE_CHOICES
 from tenor.registry import ServableConfig
-from tenor.server.serve import run_server
 
 DEFAULT_MODEL = "llama.SmolLM2_135M_Instruct"
 API_KEY_ENV = "TENOR_API_KEY"  # keeps the key out of `ps` listings
@@ -115,6 +114,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tenor.server.serve import run_server  # not at import: every tenor command builds this parser
+
     limits = connection_limits_from(args)
     servable, checkpoint = resolve_model(args.model)
     if args.dtype is not None:

@@ -20,17 +20,16 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterator, TextIO
-
-import grpc
-import uvicorn
-from fastapi import FastAPI
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterator, TextIO
 
 from tenor.engine.api import Engine, EngineUnavailableError
 from tenor.errors import UserError
-from tenor.server.http.app import begin_drain, build_app, context_of
-from tenor.server.http.connection_limits import ConnectionLimits, uvicorn_options
-from tenor.server.pipeline import RequestPipeline
+from tenor.server.http.connection_limits import ConnectionLimits
+
+if TYPE_CHECKING:
+    import grpc
+    import uvicorn
+    from fastapi import FastAPI
 
 # After the engine drained, how long uvicorn may take to flush the last bytes and close.
 # An engine that let requests run past its drain timeout has them cut off here.
@@ -115,23 +114,6 @@ def url_of(sock: socket.socket, host: str) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-class _Uvicorn(uvicorn.Server):
-    """uvicorn, minus its own signal handling (run_server drains first), plus a ready callback."""
-
-    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
-        super().__init__(config)
-        self._on_ready = on_ready
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            self._on_ready()
-
-
 class _ShutdownSignals:
     """The first SIGINT/SIGTERM asks for a drain; the second one for an end now."""
 
@@ -155,8 +137,39 @@ class _ShutdownSignals:
             self._loop.remove_signal_handler(sig)
 
 
+def _http_server(app: FastAPI, options: ServeOptions, on_ready: Callable[[], None]) -> uvicorn.Server:
+    """uvicorn serving `app`, minus its own signal handling (run_server drains first), plus a
+    callback once it accepts connections."""
+    import uvicorn
+
+    from tenor.server.http.connection_limits import uvicorn_options
+
+    class ReadyServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                on_ready()
+
+    config = uvicorn.Config(
+        app,
+        lifespan="off",
+        log_level=options.log_level,
+        access_log=options.log_level in ("info", "debug"),
+        # uvicorn's annotation says int; it hands the value to asyncio.wait_for, which takes a float.
+        timeout_graceful_shutdown=CLOSE_GRACE_S,  # type: ignore[arg-type]
+        **uvicorn_options(options.limits),
+    )
+    return ReadyServer(config)
+
+
 async def _start_grpc(app: FastAPI, options: ServeOptions) -> tuple[grpc.aio.Server, int]:
+    from tenor.server.http.app import context_of
     from tenor.server.orchestrator import OrchestratorService, start_orchestrator
+    from tenor.server.pipeline import RequestPipeline
 
     ctx = context_of(app)
 
@@ -185,7 +198,13 @@ async def _serve_in(
     signals = _ShutdownSignals()
     try:
         engine = engine_factory()
-        if not await _unless(signals.requested, engine.start()):
+        starting = asyncio.ensure_future(engine.start())
+        await asyncio.sleep(0)  # start() hands the model's load to the engine's thread
+        # The HTTP side's modules (FastAPI, pydantic, uvicorn: ~0.5 s) load here while that
+        # thread loads the model, not before it.
+        from tenor.server.http.app import begin_drain, build_app, context_of
+
+        if not await _unless(signals.requested, starting):
             await engine.stop(0.0)  # asked to stop while loading
             return 0
         app = build_app(
@@ -210,16 +229,7 @@ async def _serve_in(
                 print(f"tenor: {runtime.describe()}", file=sys.stderr, flush=True)
             print(f"tenor: serving {context_of(app).model_name}{grpc_note} at {url}", file=out, flush=True)
 
-        config = uvicorn.Config(
-            app,
-            lifespan="off",
-            log_level=options.log_level,
-            access_log=options.log_level in ("info", "debug"),
-            # uvicorn's annotation says int; it hands the value to asyncio.wait_for, which takes a float.
-            timeout_graceful_shutdown=CLOSE_GRACE_S,  # type: ignore[arg-type]
-            **uvicorn_options(options.limits),
-        )
-        server = _Uvicorn(config, announce)
+        server = _http_server(app, options, announce)
         serving = asyncio.create_task(server.serve(sockets=[sock]))
         if await _unless(signals.requested, asyncio.shield(serving)):
             await engine.stop(0.0)  # uvicorn ended by itself (it logged why)

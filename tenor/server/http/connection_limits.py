@@ -19,9 +19,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
-
 log = logging.getLogger(__name__)
 
 _BUSY_BODY = (
@@ -52,6 +49,10 @@ class ConnectionLimits:
 
 
 def protocol_for(limits: ConnectionLimits) -> type[asyncio.Protocol]:
+    # Imported here, not with the module: the CLI reads ConnectionLimits to parse its flags.
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
     class LimitedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
 
