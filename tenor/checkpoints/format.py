@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,6 +26,7 @@ from safetensors.torch import save_file
 
 from tenor.checkpoints.layout import check_quantization, check_weights, tensor_specs
 from tenor.errors import CheckpointError
+from tenor.models.block_weights import NibbleBlocks
 from tenor.models.config import ModelConfig
 
 FORMAT_VERSION = 1
@@ -48,6 +49,8 @@ class LoadedCheckpoint:
     tokenizer_path: Path | None  # what tenor.tokenizer.load_tokenizer reads; None: no tokenizer
     source: str  # the path read, for messages
     kind: str = "tenor"  # "tenor", "hf" or "gguf"
+    # Linear weights kept in GGUF's Q4_1 blocks (`load_gguf(keep_nibble_blocks=True)`), not in `weights`.
+    nibble_blocks: dict[str, NibbleBlocks] = field(default_factory=dict)
 
 
 def is_tenor_checkpoint(path: Path) -> bool:

@@ -18,8 +18,9 @@ from gguf.quants import dequantize
 
 from tenor.checkpoints.format import LoadedCheckpoint
 from tenor.checkpoints.gguf_file import GGUF_MAGIC, GGUFFile, GGUFTensor, read_gguf
-from tenor.checkpoints.layout import check_weights, float_specs, piece_rows
+from tenor.checkpoints.layout import check_weights, float_specs, linear_weight_names, piece_rows
 from tenor.errors import CheckpointError
+from tenor.models.block_weights import NibbleBlocks
 from tenor.models.config import ModelConfig, RopeScaling
 
 _LAYER_NAMES = {  # GGUF block tensor -> (tenor tensor, index of the piece in a fused tensor)
@@ -48,8 +49,10 @@ def is_gguf_file(path: Path) -> bool:
         return False
 
 
-def load_gguf(path: str | Path) -> LoadedCheckpoint:
-    """Read a Llama GGUF; raises CheckpointError naming the file and the problem."""
+def load_gguf(path: str | Path, keep_nibble_blocks: bool = False) -> LoadedCheckpoint:
+    """Read a Llama GGUF; raises CheckpointError naming the file and the problem. With
+    `keep_nibble_blocks`, linear weights stored in Q4_1 come as their blocks (the checkpoint's
+    `nibble_blocks`), not dequantized, for the integer kernels that read them as they are."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such GGUF file")
@@ -60,10 +63,17 @@ def load_gguf(path: str | Path) -> LoadedCheckpoint:
     extra = sorted(set(groups) - set(specs))
     if extra:
         raise CheckpointError(f"{path}: unexpected tensor {_gguf_name(extra[0], 0)} for this config")
-    weights = {name: read_weight(file, config, name, groups.get(name, {})) for name in specs}
-    check_weights(str(path), config, weights)
+    linears = set(linear_weight_names(config)) if keep_nibble_blocks else set()
+    nibbles = {
+        name: read_nibble_blocks(file, config, name, groups[name])
+        for name in specs
+        if name in linears and all_q4_1(groups.get(name, {}))
+    }
+    weights = {name: read_weight(file, config, name, groups.get(name, {})) for name in specs if name not in nibbles}
+    shapes = {name: torch.empty(blocks.shape, device="meta") for name, blocks in nibbles.items()}  # no memory
+    check_weights(str(path), config, {**weights, **shapes})
     tokenizer = path if "tokenizer.ggml.tokens" in file.metadata else None
-    return LoadedCheckpoint(config, weights, None, tokenizer, str(path), "gguf")
+    return LoadedCheckpoint(config, weights, None, tokenizer, str(path), "gguf", nibble_blocks=nibbles)
 
 
 def tensor_groups(file: GGUFFile) -> dict[str, dict[int, GGUFTensor]]:
@@ -191,6 +201,45 @@ def read_weight(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int,
     """
     path = file.path
     shape = float_specs(config)[name].shape
+    tensors, raws = _raw_pieces(file, config, name, parts)
+    if len({t.tensor_type for t in tensors}) == 1:
+        data = raws[0] if len(raws) == 1 else np.concatenate(raws)
+        values = _dequantize(path, tensors[0], data).reshape(shape)
+    else:  # mixed types (e.g. Q4_K_M keeps attn_v at Q6_K): dequantize each, then stack
+        values = np.concatenate([_dequantize(path, t, d).reshape(d.shape[0], -1) for t, d in zip(tensors, raws)])
+        values = values.reshape(shape)
+    if not values.flags.writeable:  # an F32 tensor is a read-only view of the mapped file
+        values = values.copy()
+    return torch.from_numpy(values)
+
+
+def read_nibble_blocks(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int, GGUFTensor]) -> NibbleBlocks:
+    """One tenor weight whose GGUF pieces are all Q4_1, as its blocks read (NibbleBlocks): Q4_1
+    packs a block's 4-bit levels as tenor's decode kernel reads them (byte j: level j low, level
+    j + 16 high), so no float copy is made and the steps and offsets are the file's own."""
+    out_features, in_features = float_specs(config)[name].shape
+    tensors, raws = _raw_pieces(file, config, name, parts)
+    if any(t.tensor_type != GGMLQuantizationType.Q4_1 for t in tensors):
+        raise ValueError(f"{name}: read_nibble_blocks takes Q4_1 pieces only")
+    data = raws[0] if len(raws) == 1 else np.concatenate(raws)
+    raw = torch.from_numpy(np.array(data, copy=not data.flags.writeable)).reshape(out_features, -1, 20)
+    steps, offsets = (raw[..., i : i + 2].contiguous().view(torch.float16).float()[..., 0] for i in (0, 2))
+    packed = raw[..., 4:]
+    levels = torch.cat([packed & 15, packed >> 4], dim=-1).reshape(out_features, in_features)
+    return NibbleBlocks(levels, packed.reshape(out_features, -1).contiguous(), steps, offsets)
+
+
+def all_q4_1(parts: dict[int, GGUFTensor]) -> bool:
+    return bool(parts) and all(t.tensor_type == GGMLQuantizationType.Q4_1 for t in parts.values())
+
+
+def _raw_pieces(
+    file: GGUFFile, config: ModelConfig, name: str, parts: dict[int, GGUFTensor]
+) -> tuple[list[GGUFTensor], list[np.ndarray]]:
+    """The GGUF pieces of tenor tensor `name`, in order, with their raw rows (q/k rows reordered
+    for rotate-half); CheckpointError for a missing or mis-shaped piece."""
+    path = file.path
+    shape = float_specs(config)[name].shape
     rows = piece_rows(config, name)
     tensors, raws = [], []
     for i, count in enumerate(rows):
@@ -208,15 +257,7 @@ def read_weight(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int,
             data = data[rotary_row_order(count, heads)]
         tensors.append(tensor)
         raws.append(data)
-    if len({t.tensor_type for t in tensors}) == 1:
-        data = raws[0] if len(raws) == 1 else np.concatenate(raws)
-        values = _dequantize(path, tensors[0], data).reshape(shape)
-    else:  # mixed types (e.g. Q4_K_M keeps attn_v at Q6_K): dequantize each, then stack
-        values = np.concatenate([_dequantize(path, t, d).reshape(d.shape[0], -1) for t, d in zip(tensors, raws)])
-        values = values.reshape(shape)
-    if not values.flags.writeable:  # an F32 tensor is a read-only view of the mapped file
-        values = values.copy()
-    return torch.from_numpy(values)
+    return tensors, raws
 
 
 def rotary_row_order(rows: int, heads: int) -> np.ndarray:

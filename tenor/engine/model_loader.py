@@ -14,6 +14,7 @@ from tenor.errors import UserError
 from tenor.hardware import Precision, resolve_precision
 from tenor.models.config import ModelConfig
 from tenor.models.decoder import DecoderLM
+from tenor.models.llama import Weight
 from tenor.models.model import build_model, parse_dtype, random_weights
 from tenor.registry import ServableConfig
 
@@ -61,13 +62,16 @@ def load_model(servable: ServableConfig, checkpoint: str | None, group=None, dev
         return _load_group_leader(servable, path, group, precision)
     if path is None:
         config = servable.model
-        weights = random_weights(config, servable.seed)
+        weights: dict[str, Weight] = dict(random_weights(config, servable.seed))
         tokenizer_path = None
     else:
         from tenor.checkpoints.loader import load_any
 
-        loaded = load_any(path)
-        config, weights, tokenizer_path = loaded.config, loaded.weights, loaded.tokenizer_path
+        # The integer kernels read a GGUF's Q4_1 weights as they are: no float copy, no re-deriving.
+        keep_blocks = precision.weights in ("int8", "int8a8") and device == "cpu"
+        loaded = load_any(path, keep_nibble_blocks=keep_blocks)
+        config, tokenizer_path = loaded.config, loaded.tokenizer_path
+        weights = {**loaded.weights, **loaded.nibble_blocks}
         # The checkpoint decides the shapes; the servable config only how to serve them.
         if config.max_position_embeddings < servable.max_target_length:
             config = dataclasses.replace(config, max_position_embeddings=servable.max_target_length)

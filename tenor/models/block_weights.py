@@ -86,6 +86,17 @@ class NibbleBlocks:
     steps: torch.Tensor
     offsets: torch.Tensor
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        out_features, in_features = self.levels.shape
+        return out_features, in_features
+
+    def dequantize(self) -> torch.Tensor:
+        """W = level * step + offset in float32, the values GGUF's own dequantizing gives."""
+        out_features, in_features = self.shape
+        blocks = self.levels.view(out_features, -1, BLOCK).float() * self.steps[..., None] + self.offsets[..., None]
+        return blocks.reshape(out_features, in_features)
+
 
 def nibble_blocks(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> NibbleBlocks | None:
     """The 4-bit form of quantize_u8_blocks' output when every block is a Q4_1 block (its 8-bit

@@ -3,6 +3,8 @@ rotary ("rotate every two") on the first rotary_dim dims of each head, biases as
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -10,7 +12,7 @@ from torch import nn
 from tenor.models.config import ModelConfig
 from tenor.models.decoder import DecoderLM
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
-from tenor.models.llama import WeightTaker
+from tenor.models.llama import Weight, WeightTaker
 
 
 class GPTJBlock(nn.Module):
@@ -62,7 +64,7 @@ class GPTJModel(DecoderLM):
         )
 
     def load_weights(
-        self, weights: dict[str, torch.Tensor], dtype: torch.dtype, weight_format: str = "dense", device: str = "cpu"
+        self, weights: Mapping[str, Weight], dtype: torch.dtype, weight_format: str = "dense", device: str = "cpu"
     ) -> None:
         c = self.config
         take = WeightTaker(weights, weight_format, device)

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from tenor import hugepages
 from tenor.models import block_weights, native
+from tenor.models.block_weights import NibbleBlocks
 
 WEIGHT_FORMATS = ("dense", "fp16", "int8", "int8a8")
 
@@ -230,15 +231,21 @@ class Int8BlockKernel(DecodeKernel):
 
     name = "int8"
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, int8_activations: bool = False) -> None:
-        q, scales, mins = block_weights.quantize_u8_blocks(weight)
-        nibbles = block_weights.nibble_blocks(q, scales, mins)
+    def __init__(
+        self, weight: torch.Tensor | NibbleBlocks, bias: torch.Tensor | None, int8_activations: bool = False
+    ) -> None:
+        if isinstance(weight, NibbleBlocks):  # GGUF's Q4_1 blocks, as read
+            nibbles: NibbleBlocks | None = weight
+        else:
+            q, scales, mins = block_weights.quantize_u8_blocks(weight)
+            nibbles = block_weights.nibble_blocks(q, scales, mins)
         if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
             bits, decode_q, steps, offsets = 4, nibbles.packed, nibbles.steps, nibbles.offsets
         else:
             bits, steps, (decode_q, offsets) = 8, scales, block_weights.signed_blocks(q, scales, mins)
         if not int8_gemm_applies(weight.shape[0], int8_activations):
-            batched: LinearKernel = batched_kernel(weight, bias)
+            floats = weight.dequantize() if isinstance(weight, NibbleBlocks) else weight
+            batched: LinearKernel = batched_kernel(floats, bias)
         elif nibbles is not None and int8_activations:  # levels 0..15 against int8 x
             batched = Int8GemmKernel(block_weights.int8_gemm_pack(nibbles.levels, steps, offsets), bias)
         elif nibbles is not None:  # the same weights as int8 levels (level - 8) against int16 x
@@ -323,16 +330,21 @@ def onednn_pack(weight: torch.Tensor) -> torch.Tensor | None:
 
 
 def make_kernel(
-    weight: torch.Tensor,
+    weight: torch.Tensor | NibbleBlocks,
     dtype: torch.dtype,
     weight_format: str = "dense",
     scale: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
 ) -> LinearKernel:
-    """The kernel for `weight` [out, in] serving activations of `dtype`."""
+    """The kernel for `weight` [out, in] serving activations of `dtype` (a GGUF Q4_1 weight's
+    blocks go to the integer kernels as they are, and are dequantized for any other)."""
     if weight_format not in WEIGHT_FORMATS:
         raise ValueError(f"weight format must be one of {', '.join(WEIGHT_FORMATS)}, got {weight_format!r}")
     bias = None if bias is None else bias.to(dtype).contiguous()
+    if isinstance(weight, NibbleBlocks):
+        if weight_format in ("int8", "int8a8") and dtype == torch.float32 and native.available():
+            return Int8BlockKernel(weight, bias, int8_activations=weight_format == "int8a8")
+        weight = weight.dequantize()
     if weight.device.type != "cpu" and scale is None:  # a GPU: torch's own GEMM (the rest is CPU code)
         if weight_format != "dense":
             raise ValueError(f"{weight_format} weights run on CPU kernels only, not on {weight.device}")

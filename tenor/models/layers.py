@@ -17,6 +17,7 @@ from torch import nn
 
 from tenor import hugepages
 from tenor.models import native
+from tenor.models.block_weights import NibbleBlocks
 from tenor.models.config import RopeScaling
 from tenor.models.kernels import LinearKernel, make_kernel
 
@@ -41,7 +42,7 @@ class ParallelLinear(nn.Module):
 
     def load(
         self,
-        weight: torch.Tensor,
+        weight: torch.Tensor | NibbleBlocks,
         dtype: torch.dtype,
         scale: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,

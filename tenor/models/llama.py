@@ -3,15 +3,21 @@ attention, SwiGLU. Weight names are tenor's (see tenor/models/config.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from tenor.models import native
+from tenor.models.block_weights import NibbleBlocks
 from tenor.models.config import ModelConfig
 from tenor.models.decoder import DecoderLM
 from tenor.models.kernels import DecodeKernel, Int8GemmKernel
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
+
+# A checkpoint's tensor, or a linear weight kept in GGUF's Q4_1 blocks (LoadedCheckpoint.nibble_blocks).
+Weight = torch.Tensor | NibbleBlocks
 
 
 class LlamaBlock(nn.Module):
@@ -186,7 +192,7 @@ class LlamaModel(DecoderLM):
         return row + (gemm if len(gemm) == 16 else [0] * 16)
 
     def load_weights(
-        self, weights: dict[str, torch.Tensor], dtype: torch.dtype, weight_format: str = "dense", device: str = "cpu"
+        self, weights: Mapping[str, Weight], dtype: torch.dtype, weight_format: str = "dense", device: str = "cpu"
     ) -> None:
         c = self.config
         self._fused_weights, self._fused_gemm = None, False
@@ -218,32 +224,40 @@ class LlamaModel(DecoderLM):
 
 class WeightTaker:
     """Hands out checkpoint tensors by name with shape checks, on the serving device, and
-    notices leftovers."""
+    notices leftovers. A linear weight kept in GGUF's Q4_1 blocks goes to its layer as it is
+    (the CPU's integer kernels read the blocks); anything else that asks for it gets floats."""
 
-    def __init__(self, weights: dict[str, torch.Tensor], weight_format: str = "dense", device: str = "cpu") -> None:
+    def __init__(self, weights: Mapping[str, Weight], weight_format: str = "dense", device: str = "cpu") -> None:
         self.weights = weights
         self.weight_format = weight_format
         self.device = device
         self.used: set[str] = set()
 
-    def get(self, name: str) -> torch.Tensor:
+    def _take(self, name: str, shape: tuple[int, ...] | None = None) -> Weight:
         if name not in self.weights:
             raise ValueError(f"checkpoint is missing tensor {name!r}")
         self.used.add(name)
+        weight = self.weights[name]
+        if shape is not None and tuple(weight.shape) != shape:
+            raise ValueError(f"tensor {name!r} has shape {tuple(weight.shape)}, expected {shape}")
+        return weight
+
+    def get(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+        weight = self._take(name, shape)
         # One tensor at a time: a GPU never holds the checkpoint's copy and the served one of every weight.
-        return self.weights[name].to(self.device)
+        return (weight.dequantize() if isinstance(weight, NibbleBlocks) else weight).to(self.device)
 
     def float(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
-        tensor = self.get(name)
-        if tuple(tensor.shape) != shape:
-            raise ValueError(f"tensor {name!r} has shape {tuple(tensor.shape)}, expected {shape}")
-        return tensor
+        return self.get(name, shape)
 
     def linear(self, layer: ParallelLinear, prefix: str, dtype: torch.dtype) -> None:
-        weight = self.float(prefix + ".weight", (layer.out_features, layer.in_features))
+        shape = (layer.out_features, layer.in_features)
+        weight: Weight = self._take(prefix + ".weight", shape)
+        if not isinstance(weight, NibbleBlocks) or self.device != "cpu":
+            weight = self.get(prefix + ".weight")
         scale = self.get(prefix + ".weight_scale") if prefix + ".weight_scale" in self.weights else None
         bias = self.float(prefix + ".bias", (layer.out_features,)) if layer.has_bias else None
-        if scale is None and weight.dtype == torch.int8:
+        if scale is None and isinstance(weight, torch.Tensor) and weight.dtype == torch.int8:
             raise ValueError(f"int8 tensor {prefix}.weight has no {prefix}.weight_scale")
         try:
             layer.load(weight, dtype, scale=scale, bias=bias, weight_format=self.weight_format)

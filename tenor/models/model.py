@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from tenor.models import native
 from tenor.models.config import ModelConfig
 from tenor.models.decoder import DecoderLM
 from tenor.models.gptj import GPTJModel
-from tenor.models.llama import LlamaModel
+from tenor.models.llama import LlamaModel, Weight
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -22,7 +24,7 @@ def parse_dtype(name: str) -> torch.dtype:
 
 def build_model(
     config: ModelConfig,
-    weights: dict[str, torch.Tensor],
+    weights: Mapping[str, Weight],
     dtype: torch.dtype,
     weight_format: str = "dense",
     device: str = "cpu",

@@ -69,6 +69,23 @@ def test_quantized_types(tmp_path, tiny_hf, hf_types):
     assert_matches_hf(loaded.weights, expected, llama_pieces(2, tied=False))
 
 
+def test_q4_1_linears_kept_as_their_blocks(tmp_path, tiny_hf):
+    """keep_nibble_blocks: a linear whose pieces are all Q4_1 comes as its blocks (q/k rows
+    reordered and q/k/v stacked as for floats), whose floats are the float path's exactly; a
+    linear with a piece in another type, and the other tensors, stay floats."""
+    qtypes = {"attn_q.weight": Q.Q4_1, "attn_k.weight": Q.Q4_1, "attn_v.weight": Q.Q4_1}
+    qtypes |= {"ffn_gate.weight": Q.Q4_1, "ffn_up.weight": Q.Q8_0}  # ffn_down's rows (48) are not whole blocks
+    path = _write(tmp_path / "m.gguf", tiny_hf, qtypes=qtypes)
+    floats, kept = load_gguf(path), load_gguf(path, keep_nibble_blocks=True)
+    assert floats.nibble_blocks == {}
+    assert set(kept.nibble_blocks) == {f"layers.{i}.attn.qkv.weight" for i in range(2)}
+    assert set(kept.weights) == set(floats.weights) - set(kept.nibble_blocks)
+    for name, blocks in kept.nibble_blocks.items():
+        assert blocks.shape == tuple(floats.weights[name].shape)
+        assert int(blocks.levels.max()) <= 15
+        assert torch.equal(blocks.dequantize(), floats.weights[name]), name
+
+
 def test_tied_when_output_is_absent(tmp_path, tiny_hf):
     hf = {k: v for k, v in tiny_hf.items() if k != "lm_head.weight"}
     loaded = load_gguf(_write(tmp_path / "m.gguf", hf))
@@ -158,6 +175,14 @@ def test_default_model(smollm, default_gguf):
     assert smollm.tokenizer_path == default_gguf and smollm.kind == "gguf"
     assert "lm_head.weight" not in smollm.weights
     assert all(t.dtype == torch.float32 for t in smollm.weights.values())
+
+
+def test_default_model_q4_1_blocks(smollm, default_gguf):
+    """Each of the default model's 120 linears is Q4_1 and comes as its blocks, as exact as floats."""
+    kept = load_gguf(default_gguf, keep_nibble_blocks=True)
+    assert len(kept.nibble_blocks) == 4 * SMOLLM2_135M.num_layers
+    for name, blocks in kept.nibble_blocks.items():
+        assert torch.equal(blocks.dequantize(), smollm.weights[name]), name
 
 
 @pytest.mark.slow

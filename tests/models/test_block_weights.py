@@ -101,3 +101,20 @@ def test_pack_puts_four_inputs_of_eight_outputs_in_each_step():
     assert signed.bits == 8 and signed.levels[1, 1, 16 * 2 + 2 * 1 + 1] == 256 - 5  # input 37: step 2, input 1
     with pytest.raises(ValueError, match="4-bit levels"):
         block_weights.int8_gemm_pack(levels * 2, steps, offsets)
+
+
+def nibbles_of(weight: torch.Tensor) -> block_weights.NibbleBlocks:
+    """`weight`'s GGUF Q4_1 blocks, as load_gguf(keep_nibble_blocks=True) gives them."""
+    nibbles = block_weights.nibble_blocks_torch(*block_weights.quantize_u8_blocks_torch(weight))
+    assert nibbles is not None
+    return nibbles
+
+
+def test_nibble_blocks_dequantize_to_their_weight():
+    weight = q4_1_weight(16, 96, seed=12)
+    nibbles = nibbles_of(weight)
+    assert nibbles.shape == (16, 96)
+    assert torch.allclose(nibbles.dequantize(), weight, rtol=0, atol=1e-6)
+    # the packed form holds the levels: byte j of a block is level j low, level j + 16 high
+    blocks = nibbles.levels.view(16, 3, 32)
+    assert torch.equal(nibbles.packed.view(16, 3, 16), blocks[..., :16] | (blocks[..., 16:] << 4))

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from tenor import hardware
 from tenor.models import block_weights, kernels, native
 from tenor.models.kernels import Int8BlockKernel, Int8GemmKernel, int8_gemm_applies
-from tests.models.test_block_weights import q4_1_weight
+from tests.models.test_block_weights import nibbles_of, q4_1_weight
 
 needs_simd = pytest.mark.skipif(
     not native.int8_gemm_simd(), reason="tenor's kernels not built, or built without AVX2 (int8_gemm's vector path)"
@@ -196,3 +196,32 @@ def test_every_build_of_the_int8_gemm_matches_the_integer_reference(tmp_path, na
             )  # fmt: skip
             expected = integer_reference(x, levels, steps, offsets, bias)
             assert (out - expected).abs().max() <= 3e-5 * expected.abs().max(), (bits, rows)
+
+
+@needs_simd
+@pytest.mark.parametrize("int8_activations", [False, True])
+def test_a_gguf_weights_blocks_serve_as_its_floats_do(monkeypatch, int8_activations):
+    """Int8BlockKernel from a Q4_1 weight's blocks as read (load_gguf(keep_nibble_blocks=True)) and
+    from their floats: the same levels; steps re-derived from the floats may differ in their last
+    bits (from the default model's own blocks they come out exact: tests/checkpoints/test_gguf.py)."""
+    monkeypatch.setattr(hardware, "cpu_info", lambda: AVX2_ONLY)
+    weight, bias = q4_1_weight(48, 64, seed=9), torch.randn(48)
+    blocks = nibbles_of(weight)
+    from_blocks = Int8BlockKernel(blocks, bias, int8_activations=int8_activations)
+    from_floats = Int8BlockKernel(blocks.dequantize(), bias, int8_activations=int8_activations)
+    assert from_blocks.bits == from_floats.bits == 4
+    assert isinstance(from_blocks.batched, Int8GemmKernel)
+    assert torch.equal(from_blocks.q, from_floats.q)  # the packed levels
+    assert torch.allclose(from_blocks.scales, from_floats.scales, rtol=1e-6, atol=0)
+    for rows in (1, 20):  # the decode kernel and the integer GEMM
+        x = torch.randn(rows, 64)
+        assert torch.allclose(from_blocks(x), from_floats(x), rtol=1e-5, atol=1e-5)
+
+
+def test_blocks_go_to_other_kernels_as_floats():
+    weight = q4_1_weight(48, 64, seed=10)
+    blocks = nibbles_of(weight)
+    dense = kernels.make_kernel(blocks, torch.float32, "dense")
+    x = torch.randn(3, 64)
+    assert not isinstance(dense, Int8BlockKernel)
+    assert torch.allclose(dense(x), F.linear(x, blocks.dequantize()), rtol=1e-5, atol=1e-5)
