@@ -63,12 +63,9 @@ def load_gguf(path: str | Path, keep_nibble_blocks: bool = False) -> LoadedCheck
     extra = sorted(set(groups) - set(specs))
     if extra:
         raise CheckpointError(f"{path}: unexpected tensor {_gguf_name(extra[0], 0)} for this config")
-    linears = set(linear_weight_names(config)) if keep_nibble_blocks else set()
-    nibbles = {
-        name: read_nibble_blocks(file, config, name, groups[name])
-        for name in specs
-        if name in linears and all_q4_1(groups.get(name, {}))
-    }
+    linears = linear_weight_names(config) if keep_nibble_blocks else []
+    kept = {name: read_nibble_blocks(file, config, name, groups.get(name, {})) for name in linears}
+    nibbles = {name: blocks for name, blocks in kept.items() if blocks is not None}
     weights = {name: read_weight(file, config, name, groups.get(name, {})) for name in specs if name not in nibbles}
     shapes = {name: torch.empty(blocks.shape, device="meta") for name, blocks in nibbles.items()}  # no memory
     check_weights(str(path), config, {**weights, **shapes})
@@ -213,24 +210,21 @@ def read_weight(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int,
     return torch.from_numpy(values)
 
 
-def read_nibble_blocks(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int, GGUFTensor]) -> NibbleBlocks:
-    """One tenor weight whose GGUF pieces are all Q4_1, as its blocks read (NibbleBlocks): Q4_1
-    packs a block's 4-bit levels as tenor's decode kernel reads them (byte j: level j low, level
-    j + 16 high), so no float copy is made and the steps and offsets are the file's own."""
+def read_nibble_blocks(
+    file: GGUFFile, config: ModelConfig, name: str, parts: dict[int, GGUFTensor]
+) -> NibbleBlocks | None:
+    """One tenor weight as its blocks read (NibbleBlocks) when its GGUF pieces are all Q4_1, else
+    None: Q4_1 packs a block's 4-bit levels as tenor's decode kernel reads them (byte j: level j
+    low, level j + 16 high), so no float copy is made and the steps and offsets are the file's own."""
+    if not parts or any(t.tensor_type != GGMLQuantizationType.Q4_1 for t in parts.values()):
+        return None
     out_features, in_features = float_specs(config)[name].shape
-    tensors, raws = _raw_pieces(file, config, name, parts)
-    if any(t.tensor_type != GGMLQuantizationType.Q4_1 for t in tensors):
-        raise ValueError(f"{name}: read_nibble_blocks takes Q4_1 pieces only")
-    data = raws[0] if len(raws) == 1 else np.concatenate(raws)
-    raw = torch.from_numpy(np.array(data, copy=not data.flags.writeable)).reshape(out_features, -1, 20)
-    steps, offsets = (raw[..., i : i + 2].contiguous().view(torch.float16).float()[..., 0] for i in (0, 2))
+    _, raws = _raw_pieces(file, config, name, parts)
+    raw = _raw_blocks(raws[0] if len(raws) == 1 else np.concatenate(raws), 20).reshape(out_features, -1, 20)
+    steps, offsets = (_halves(raw[..., i : i + 2])[..., 0] for i in (0, 2))
     packed = raw[..., 4:]
-    levels = torch.cat([packed & 15, packed >> 4], dim=-1).reshape(out_features, in_features)
+    levels = _nibbles(packed).reshape(out_features, in_features)
     return NibbleBlocks(levels, packed.reshape(out_features, -1).contiguous(), steps, offsets)
-
-
-def all_q4_1(parts: dict[int, GGUFTensor]) -> bool:
-    return bool(parts) and all(t.tensor_type == GGMLQuantizationType.Q4_1 for t in parts.values())
 
 
 def _raw_pieces(
@@ -298,17 +292,33 @@ _BLOCKS_IN_TORCH = {
 
 def _dequantize_in_torch(data: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
     block_bytes, has_min = _BLOCKS_IN_TORCH[qtype]
-    raw = torch.from_numpy(np.array(data, copy=not data.flags.writeable)).reshape(-1, block_bytes)
-    step = raw[:, :2].contiguous().view(torch.float16).float()  # [blocks, 1]
+    raw = _raw_blocks(data, block_bytes)
+    step = _halves(raw[:, :2])  # [blocks, 1]
     levels = raw[:, 4:] if has_min else raw[:, 2:]
     if qtype == GGMLQuantizationType.Q8_0:
         values = levels.contiguous().view(torch.int8).float() * step
-    else:  # byte j holds value j (low nibble) and value j + 16 (high)
-        nibbles = torch.cat([levels & 15, levels >> 4], dim=1)
+    else:
+        nibbles = _nibbles(levels)
         values = step * (nibbles.float() if has_min else (nibbles.to(torch.int8) - 8).float())
         if has_min:
-            values = values + raw[:, 2:4].contiguous().view(torch.float16).float()
+            values = values + _halves(raw[:, 2:4])
     return values.reshape(*data.shape[:-1], -1).numpy()
+
+
+def _raw_blocks(data: np.ndarray, block_bytes: int) -> torch.Tensor:
+    """A quantized tensor's bytes as uint8 [blocks, block_bytes] (copied only from a read-only map)."""
+    return torch.from_numpy(np.array(data, copy=not data.flags.writeable)).reshape(-1, block_bytes)
+
+
+def _halves(field: torch.Tensor) -> torch.Tensor:
+    """A block field of float16 bytes (the last dimension, 2 bytes) as float32."""
+    return field.contiguous().view(torch.float16).float()
+
+
+def _nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """A Q4 block's 16 bytes [..., 16] as its 32 levels [..., 32]: byte j holds level j (low
+    nibble) and level j + 16 (high)."""
+    return torch.cat([packed & 15, packed >> 4], dim=-1)
 
 
 def _dequantize_q8_k(data: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,7 +63,7 @@ def load_model(servable: ServableConfig, checkpoint: str | None, group=None, dev
         return _load_group_leader(servable, path, group, precision)
     if path is None:
         config = servable.model
-        weights: dict[str, Weight] = dict(random_weights(config, servable.seed))
+        weights: Mapping[str, Weight] = random_weights(config, servable.seed)
         tokenizer_path = None
     else:
         from tenor.checkpoints.loader import load_any

@@ -243,7 +243,9 @@ class WeightTaker:
         return weight
 
     def get(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-        weight = self._take(name, shape)
+        return self._on_device(self._take(name, shape))
+
+    def _on_device(self, weight: Weight) -> torch.Tensor:
         # One tensor at a time: a GPU never holds the checkpoint's copy and the served one of every weight.
         return (weight.dequantize() if isinstance(weight, NibbleBlocks) else weight).to(self.device)
 
@@ -254,7 +256,7 @@ class WeightTaker:
         shape = (layer.out_features, layer.in_features)
         weight: Weight = self._take(prefix + ".weight", shape)
         if not isinstance(weight, NibbleBlocks) or self.device != "cpu":
-            weight = self.get(prefix + ".weight")
+            weight = self._on_device(weight)
         scale = self.get(prefix + ".weight_scale") if prefix + ".weight_scale" in self.weights else None
         bias = self.float(prefix + ".bias", (layer.out_features,)) if layer.has_bias else None
         if scale is None and isinstance(weight, torch.Tensor) and weight.dtype == torch.int8:
