@@ -20,7 +20,7 @@ from tenor.checkpoints.format import LoadedCheckpoint
 from tenor.checkpoints.gguf_file import GGUF_MAGIC, GGUFFile, GGUFTensor, read_gguf
 from tenor.checkpoints.layout import check_weights, float_specs, linear_weight_names, piece_rows
 from tenor.errors import CheckpointError
-from tenor.models.block_weights import NibbleBlocks
+from tenor.models.block_weights import Blocks, ByteBlocks, NibbleBlocks
 from tenor.models.config import ModelConfig, RopeScaling
 
 _LAYER_NAMES = {  # GGUF block tensor -> (tenor tensor, index of the piece in a fused tensor)
@@ -49,10 +49,11 @@ def is_gguf_file(path: Path) -> bool:
         return False
 
 
-def load_gguf(path: str | Path, keep_nibble_blocks: bool = False) -> LoadedCheckpoint:
+def load_gguf(path: str | Path, keep_blocks: bool = False) -> LoadedCheckpoint:
     """Read a Llama GGUF; raises CheckpointError naming the file and the problem. With
-    `keep_nibble_blocks`, linear weights stored in Q4_1 come as their blocks (the checkpoint's
-    `nibble_blocks`), not dequantized, for the integer kernels that read them as they are."""
+    `keep_blocks`, the linear weights and the embedding stored all in Q4_1 or all in Q8_0 come
+    as their blocks (the checkpoint's `blocks`), not dequantized, for the integer kernels that
+    read them as they are."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such GGUF file")
@@ -63,14 +64,14 @@ def load_gguf(path: str | Path, keep_nibble_blocks: bool = False) -> LoadedCheck
     extra = sorted(set(groups) - set(specs))
     if extra:
         raise CheckpointError(f"{path}: unexpected tensor {_gguf_name(extra[0], 0)} for this config")
-    linears = linear_weight_names(config) if keep_nibble_blocks else []
-    kept = {name: read_nibble_blocks(file, config, name, groups.get(name, {})) for name in linears}
-    nibbles = {name: blocks for name, blocks in kept.items() if blocks is not None}
-    weights = {name: read_weight(file, config, name, groups.get(name, {})) for name in specs if name not in nibbles}
-    shapes = {name: torch.empty(blocks.shape, device="meta") for name, blocks in nibbles.items()}  # no memory
+    names = [*linear_weight_names(config), "embed.weight"] if keep_blocks else []
+    kept = {name: read_blocks(file, config, name, groups.get(name, {})) for name in names}
+    blocks = {name: weight for name, weight in kept.items() if weight is not None}
+    weights = {name: read_weight(file, config, name, groups.get(name, {})) for name in specs if name not in blocks}
+    shapes = {name: torch.empty(weight.shape, device="meta") for name, weight in blocks.items()}  # no memory
     check_weights(str(path), config, {**weights, **shapes})
     tokenizer = path if "tokenizer.ggml.tokens" in file.metadata else None
-    return LoadedCheckpoint(config, weights, None, tokenizer, str(path), "gguf", nibble_blocks=nibbles)
+    return LoadedCheckpoint(config, weights, None, tokenizer, str(path), "gguf", blocks=blocks)
 
 
 def tensor_groups(file: GGUFFile) -> dict[str, dict[int, GGUFTensor]]:
@@ -210,17 +211,22 @@ def read_weight(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int,
     return torch.from_numpy(values)
 
 
-def read_nibble_blocks(
-    file: GGUFFile, config: ModelConfig, name: str, parts: dict[int, GGUFTensor]
-) -> NibbleBlocks | None:
-    """One tenor weight as its blocks read (NibbleBlocks) when its GGUF pieces are all Q4_1, else
-    None: Q4_1 packs a block's 4-bit levels as tenor's decode kernel reads them (byte j: level j
-    low, level j + 16 high), so no float copy is made and the steps and offsets are the file's own."""
-    if not parts or any(t.tensor_type != GGMLQuantizationType.Q4_1 for t in parts.values()):
+def read_blocks(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int, GGUFTensor]) -> Blocks | None:
+    """One tenor weight as its blocks read when its GGUF pieces are all Q4_1 (NibbleBlocks: Q4_1
+    packs a block's 4-bit levels as tenor's decode kernel reads them, byte j: level j low, level
+    j + 16 high) or all Q8_0 (ByteBlocks), else None. No float copy is made, and the steps and
+    offsets are the file's own."""
+    kinds = {t.tensor_type for t in parts.values()}
+    if kinds not in ({GGMLQuantizationType.Q4_1}, {GGMLQuantizationType.Q8_0}):
         return None
     out_features, in_features = float_specs(config)[name].shape
     _, raws = _raw_pieces(file, config, name, parts)
-    raw = _raw_blocks(raws[0] if len(raws) == 1 else np.concatenate(raws), 20).reshape(out_features, -1, 20)
+    data = raws[0] if len(raws) == 1 else np.concatenate(raws)
+    if kinds == {GGMLQuantizationType.Q8_0}:
+        raw = _raw_blocks(data, 34).reshape(out_features, -1, 34)
+        levels = raw[..., 2:].contiguous().view(torch.int8).reshape(out_features, in_features)
+        return ByteBlocks(levels, _halves(raw[..., :2])[..., 0].contiguous())
+    raw = _raw_blocks(data, 20).reshape(out_features, -1, 20)
     steps, offsets = (_halves(raw[..., i : i + 2])[..., 0] for i in (0, 2))
     packed = raw[..., 4:]
     levels = _nibbles(packed).reshape(out_features, in_features)

@@ -68,11 +68,12 @@ def load_model(servable: ServableConfig, checkpoint: str | None, group=None, dev
     else:
         from tenor.checkpoints.loader import load_any
 
-        # The integer kernels read a GGUF's Q4_1 weights as they are: no float copy, no re-deriving.
+        # The integer kernels read a GGUF's Q4_1 and Q8_0 weights as they are: no float copy, no
+        # re-deriving; the embedding's rows are looked up from its Q8_0 blocks.
         keep_blocks = precision.weights in ("int8", "int8a8") and device == "cpu"
-        loaded = load_any(path, keep_nibble_blocks=keep_blocks)
+        loaded = load_any(path, keep_blocks=keep_blocks)
         config, tokenizer_path = loaded.config, loaded.tokenizer_path
-        weights = {**loaded.weights, **loaded.nibble_blocks}
+        weights = {**loaded.weights, **loaded.blocks}
         # The checkpoint decides the shapes; the servable config only how to serve them.
         if config.max_position_embeddings < servable.max_target_length:
             config = dataclasses.replace(config, max_position_embeddings=servable.max_target_length)

@@ -98,6 +98,36 @@ class NibbleBlocks:
         return blocks.reshape(out_features, in_features)
 
 
+@dataclasses.dataclass(frozen=True)
+class ByteBlocks:
+    """A weight whose blocks are all GGUF Q8_0 blocks: W = level * step, levels int8 [OUT, IN]
+    (block_linear's 8-bit form as they are, offsets zero) and steps [OUT, IN / 32]. The default
+    model's tied embedding and LM head: its rows are looked up from the blocks (`rows`), 1.125
+    bytes a value where a float32 table took 4."""
+
+    levels: torch.Tensor
+    steps: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        out_features, in_features = self.levels.shape
+        return out_features, in_features
+
+    def dequantize(self) -> torch.Tensor:
+        """W = level * step in float32, the values GGUF's own dequantizing gives."""
+        return self.rows(torch.arange(self.shape[0]))
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` [N] in float32 [N, IN], a fresh tensor: an embedding lookup."""
+        count = ids.numel()
+        levels = self.levels.index_select(0, ids).view(count, -1, BLOCK).float()
+        return (levels * self.steps.index_select(0, ids)[..., None]).view(count, -1)
+
+
+# A weight kept in a GGUF's own blocks, read by the integer kernels as it is.
+Blocks = NibbleBlocks | ByteBlocks
+
+
 def nibble_blocks(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> NibbleBlocks | None:
     """The 4-bit form of quantize_u8_blocks' output when every block is a Q4_1 block (its 8-bit
     levels all multiples of 17, see quantize_u8_blocks), else None. In one C pass where the kernels

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tenor.models.block_weights import ByteBlocks
 from tenor.models.config import ModelConfig
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary
 
@@ -14,6 +15,7 @@ from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Ro
 class DecoderLM(nn.Module):
     config: ModelConfig
     embed: nn.Parameter
+    embed_blocks: ByteBlocks | None = None  # the embedding in its GGUF Q8_0 blocks, in place of `embed`
     layers: nn.ModuleList
     lm_head: ParallelLinear
     rotary: Rotary
@@ -21,6 +23,12 @@ class DecoderLM(nn.Module):
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The tokens' embeddings [T, D], a fresh tensor (the layers may run in place on it)."""
+        if self.embed_blocks is not None:
+            return self.embed_blocks.rows(input_ids)
+        return F.embedding(input_ids, self.embed)
 
     def forward(
         self,
@@ -31,7 +39,7 @@ class DecoderLM(nn.Module):
         logits_rows: torch.Tensor,
     ) -> torch.Tensor:
         """Runs the step's tokens [T]; returns float32 logits [R, V] for the rows in `logits_rows`."""
-        x = F.embedding(input_ids, self.embed)
+        x = self.embed_tokens(input_ids)
         cos, sin = self.rotary.tables(positions)
         for block in self.layers:
             x = block(x, self.rotary, cos, sin, cache, batch)

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from tenor import hugepages
 from tenor.models import block_weights, native
-from tenor.models.block_weights import NibbleBlocks
+from tenor.models.block_weights import Blocks, ByteBlocks, NibbleBlocks
 
 WEIGHT_FORMATS = ("dense", "fp16", "int8", "int8a8")
 
@@ -232,19 +232,11 @@ class Int8BlockKernel(DecodeKernel):
     name = "int8"
 
     def __init__(
-        self, weight: torch.Tensor | NibbleBlocks, bias: torch.Tensor | None, int8_activations: bool = False
+        self, weight: torch.Tensor | Blocks, bias: torch.Tensor | None, int8_activations: bool = False
     ) -> None:
-        if isinstance(weight, NibbleBlocks):  # GGUF's Q4_1 blocks, as read
-            nibbles: NibbleBlocks | None = weight
-        else:
-            q, scales, mins = block_weights.quantize_u8_blocks(weight)
-            nibbles = block_weights.nibble_blocks(q, scales, mins)
-        if nibbles is not None:  # a 4-bit checkpoint (GGUF Q4_1): half the bytes, the same weights
-            bits, decode_q, steps, offsets = 4, nibbles.packed, nibbles.steps, nibbles.offsets
-        else:
-            bits, steps, (decode_q, offsets) = 8, scales, block_weights.signed_blocks(q, scales, mins)
+        bits, decode_q, steps, offsets, nibbles = _block_form(weight)
         if not int8_gemm_applies(weight.shape[0], int8_activations):
-            floats = weight.dequantize() if isinstance(weight, NibbleBlocks) else weight
+            floats = weight.dequantize() if isinstance(weight, Blocks) else weight
             batched: LinearKernel = batched_kernel(floats, bias)
         elif nibbles is not None and int8_activations:  # levels 0..15 against int8 x
             batched = Int8GemmKernel(block_weights.int8_gemm_pack(nibbles.levels, steps, offsets), bias)
@@ -255,6 +247,25 @@ class Int8BlockKernel(DecodeKernel):
             batched = Int8GemmKernel(block_weights.int8_gemm_pack(decode_q, steps, offsets), bias)
         super().__init__(batched, weight.shape[0], bias)
         self.bits, self.q, self.scales, self.offsets = bits, *(hugepages.keep(t) for t in (decode_q, steps, offsets))
+
+
+def _block_form(
+    weight: torch.Tensor | Blocks,
+) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, NibbleBlocks | None]:
+    """The decode kernel's form of `weight`: bits (4 or 8), levels, steps and offsets, and the
+    4-bit levels one a byte where bits is 4. A GGUF's blocks as they were read; float weights
+    in blocks derived from them, 4-bit where every block is a Q4_1 block (half the bytes, the
+    same weights)."""
+    if isinstance(weight, ByteBlocks):  # GGUF's Q8_0 blocks: W = level * step, no offsets
+        return 8, weight.levels, weight.steps, torch.zeros_like(weight.steps), None
+    if isinstance(weight, NibbleBlocks):  # GGUF's Q4_1 blocks
+        return 4, weight.packed, weight.steps, weight.offsets, weight
+    q, scales, mins = block_weights.quantize_u8_blocks(weight)
+    nibbles = block_weights.nibble_blocks(q, scales, mins)
+    if nibbles is None:
+        decode_q, offsets = block_weights.signed_blocks(q, scales, mins)
+        return 8, decode_q, scales, offsets, None
+    return 4, nibbles.packed, nibbles.steps, nibbles.offsets, nibbles
 
 
 class Fp16DecodeKernel(DecodeKernel):
@@ -330,18 +341,18 @@ def onednn_pack(weight: torch.Tensor) -> torch.Tensor | None:
 
 
 def make_kernel(
-    weight: torch.Tensor | NibbleBlocks,
+    weight: torch.Tensor | Blocks,
     dtype: torch.dtype,
     weight_format: str = "dense",
     scale: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
 ) -> LinearKernel:
-    """The kernel for `weight` [out, in] serving activations of `dtype` (a GGUF Q4_1 weight's
-    blocks go to the integer kernels as they are, and are dequantized for any other)."""
+    """The kernel for `weight` [out, in] serving activations of `dtype` (a GGUF weight's Q4_1 or
+    Q8_0 blocks go to the integer kernels as they are, and are dequantized for any other)."""
     if weight_format not in WEIGHT_FORMATS:
         raise ValueError(f"weight format must be one of {', '.join(WEIGHT_FORMATS)}, got {weight_format!r}")
     bias = None if bias is None else bias.to(dtype).contiguous()
-    if isinstance(weight, NibbleBlocks):
+    if isinstance(weight, Blocks):
         if weight_format in ("int8", "int8a8") and dtype == torch.float32 and native.available():
             return Int8BlockKernel(weight, bias, int8_activations=weight_format == "int8a8")
         weight = weight.dequantize()

@@ -17,7 +17,7 @@ from torch import nn
 
 from tenor import hugepages
 from tenor.models import native
-from tenor.models.block_weights import NibbleBlocks
+from tenor.models.block_weights import Blocks
 from tenor.models.config import RopeScaling
 from tenor.models.kernels import LinearKernel, make_kernel
 
@@ -42,7 +42,7 @@ class ParallelLinear(nn.Module):
 
     def load(
         self,
-        weight: torch.Tensor | NibbleBlocks,
+        weight: torch.Tensor | Blocks,
         dtype: torch.dtype,
         scale: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,

@@ -10,14 +10,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from tenor.models import native
-from tenor.models.block_weights import NibbleBlocks
+from tenor.models.block_weights import Blocks, ByteBlocks
 from tenor.models.config import ModelConfig
 from tenor.models.decoder import DecoderLM
-from tenor.models.kernels import DecodeKernel, Int8GemmKernel
+from tenor.models.kernels import DecodeKernel, Int8BlockKernel, Int8GemmKernel
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
 
-# A checkpoint's tensor, or a linear weight kept in GGUF's Q4_1 blocks (LoadedCheckpoint.nibble_blocks).
-Weight = torch.Tensor | NibbleBlocks
+# A checkpoint's tensor, or a weight kept in a GGUF's Q4_1 or Q8_0 blocks (LoadedCheckpoint.blocks).
+Weight = torch.Tensor | Blocks
 
 
 class LlamaBlock(nn.Module):
@@ -124,7 +124,7 @@ class LlamaModel(DecoderLM):
         else:
             assert batch.decode_blocks is not None and batch.decode_lengths is not None  # _can_fuse checked
             table, lengths, span, tile = batch.decode_blocks, batch.decode_lengths, batch.decode_span, 1
-        x = F.embedding(input_ids, self.embed)  # a fresh tensor: the layers run in place on it
+        x = self.embed_tokens(input_ids)  # a fresh tensor: the layers run in place on it
         cos, sin = self.rotary.tables(positions)
         native.llama_layers(
             x,
@@ -197,9 +197,10 @@ class LlamaModel(DecoderLM):
         c = self.config
         self._fused_weights, self._fused_gemm = None, False
         take = WeightTaker(weights, weight_format, device)
-        self.embed = nn.Parameter(
-            take.float("embed.weight", (c.vocab_size, c.hidden_size)).to(dtype), requires_grad=False
-        )
+        embed = take.embedding("embed.weight", (c.vocab_size, c.hidden_size), dtype)
+        self.embed_blocks = embed if isinstance(embed, ByteBlocks) else None
+        floats = torch.empty(0, c.hidden_size) if isinstance(embed, ByteBlocks) else embed.to(dtype)
+        self.embed = nn.Parameter(floats, requires_grad=False)
         for i, block in enumerate(self.layers):
             p = f"layers.{i}."
             block.attn_norm = nn.Parameter(
@@ -212,7 +213,11 @@ class LlamaModel(DecoderLM):
                 take.linear(getattr(block, name.split(".")[1]), p + name, dtype)
         self.norm = nn.Parameter(take.float("norm.weight", (c.hidden_size,)).to(dtype), requires_grad=False)
         if c.tie_word_embeddings:
-            self.lm_head.load(self.embed.data, dtype, weight_format=weight_format)
+            tied = self.embed.data if self.embed_blocks is None else self.embed_blocks
+            self.lm_head.load(tied, dtype, weight_format=weight_format)
+            if self.embed_blocks is not None and isinstance(self.lm_head.kernel, Int8BlockKernel):
+                # The head's decode kernel holds the same levels and steps (in huge pages): one copy.
+                self.embed_blocks = ByteBlocks(self.lm_head.kernel.q, self.lm_head.kernel.scales)
         else:
             take.linear(self.lm_head, "lm_head", dtype)
         self.rotary.to_dtype(dtype)
@@ -224,8 +229,9 @@ class LlamaModel(DecoderLM):
 
 class WeightTaker:
     """Hands out checkpoint tensors by name with shape checks, on the serving device, and
-    notices leftovers. A linear weight kept in GGUF's Q4_1 blocks goes to its layer as it is
-    (the CPU's integer kernels read the blocks); anything else that asks for it gets floats."""
+    notices leftovers. A weight kept in a GGUF's Q4_1 or Q8_0 blocks goes to its linear layer as
+    it is (the CPU's integer kernels read the blocks), and a Q8_0 embedding to the model
+    (`embedding`); anything else that asks for one gets floats."""
 
     def __init__(self, weights: Mapping[str, Weight], weight_format: str = "dense", device: str = "cpu") -> None:
         self.weights = weights
@@ -247,15 +253,24 @@ class WeightTaker:
 
     def _on_device(self, weight: Weight) -> torch.Tensor:
         # One tensor at a time: a GPU never holds the checkpoint's copy and the served one of every weight.
-        return (weight.dequantize() if isinstance(weight, NibbleBlocks) else weight).to(self.device)
+        return (weight.dequantize() if isinstance(weight, Blocks) else weight).to(self.device)
 
     def float(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
         return self.get(name, shape)
 
+    def embedding(self, name: str, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor | ByteBlocks:
+        """An embedding table: its Q8_0 blocks where it was kept in them and float32 rows are
+        served on the CPU (rows are looked up from the blocks: a quarter of the table's bytes),
+        else floats."""
+        weight = self._take(name, shape)
+        if isinstance(weight, ByteBlocks) and self.device == "cpu" and dtype == torch.float32:
+            return weight
+        return self._on_device(weight)
+
     def linear(self, layer: ParallelLinear, prefix: str, dtype: torch.dtype) -> None:
         shape = (layer.out_features, layer.in_features)
         weight: Weight = self._take(prefix + ".weight", shape)
-        if not isinstance(weight, NibbleBlocks) or self.device != "cpu":
+        if not isinstance(weight, Blocks) or self.device != "cpu":
             weight = self._on_device(weight)
         scale = self.get(prefix + ".weight_scale") if prefix + ".weight_scale" in self.weights else None
         bias = self.float(prefix + ".bias", (layer.out_features,)) if layer.has_bias else None

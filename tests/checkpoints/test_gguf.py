@@ -8,6 +8,7 @@ from gguf import GGMLQuantizationType as Q
 
 from tenor.checkpoints.gguf import _dequantize_in_torch, _dequantize_q8_k, load_gguf, rotary_row_order
 from tenor.errors import CheckpointError
+from tenor.models.block_weights import ByteBlocks, NibbleBlocks
 from tenor.registry import SMOLLM2_135M
 from tests.checkpoints.tiny_gguf import LAYER_NAMES, copy_gguf, llama_cpp_permute, write_llama_gguf
 from tests.checkpoints.tiny_hf import assert_matches_hf, llama_pieces, make_llama
@@ -69,21 +70,26 @@ def test_quantized_types(tmp_path, tiny_hf, hf_types):
     assert_matches_hf(loaded.weights, expected, llama_pieces(2, tied=False))
 
 
-def test_q4_1_linears_kept_as_their_blocks(tmp_path, tiny_hf):
-    """keep_nibble_blocks: a linear whose pieces are all Q4_1 comes as its blocks (q/k rows
-    reordered and q/k/v stacked as for floats), whose floats are the float path's exactly; a
-    linear with a piece in another type, and the other tensors, stay floats."""
+def test_q4_1_and_q8_0_weights_kept_as_their_blocks(tmp_path, tiny_hf):
+    """keep_blocks: a linear whose pieces are all Q4_1 comes as its NibbleBlocks (q/k rows
+    reordered and q/k/v stacked as for floats), one all in Q8_0 and the embedding in Q8_0 as
+    ByteBlocks, and their floats are the float path's exactly; a linear with pieces of two
+    types, and the other tensors, stay floats."""
     qtypes = {"attn_q.weight": Q.Q4_1, "attn_k.weight": Q.Q4_1, "attn_v.weight": Q.Q4_1}
+    qtypes |= {"attn_output.weight": Q.Q8_0, "token_embd.weight": Q.Q8_0}
     qtypes |= {"ffn_gate.weight": Q.Q4_1, "ffn_up.weight": Q.Q8_0}  # ffn_down's rows (48) are not whole blocks
     path = _write(tmp_path / "m.gguf", tiny_hf, qtypes=qtypes)
-    floats, kept = load_gguf(path), load_gguf(path, keep_nibble_blocks=True)
-    assert floats.nibble_blocks == {}
-    assert set(kept.nibble_blocks) == {f"layers.{i}.attn.qkv.weight" for i in range(2)}
-    assert set(kept.weights) == set(floats.weights) - set(kept.nibble_blocks)
-    for name, blocks in kept.nibble_blocks.items():
+    floats, kept = load_gguf(path), load_gguf(path, keep_blocks=True)
+    assert floats.blocks == {}
+    nibbles = {f"layers.{i}.attn.qkv.weight" for i in range(2)}
+    assert set(kept.blocks) == nibbles | {f"layers.{i}.attn.o.weight" for i in range(2)} | {"embed.weight"}
+    assert set(kept.weights) == set(floats.weights) - set(kept.blocks)
+    for name, blocks in kept.blocks.items():
+        assert isinstance(blocks, NibbleBlocks if name in nibbles else ByteBlocks), name
         assert blocks.shape == tuple(floats.weights[name].shape)
-        assert int(blocks.levels.max()) <= 15
         assert torch.equal(blocks.dequantize(), floats.weights[name]), name
+        if isinstance(blocks, NibbleBlocks):
+            assert int(blocks.levels.max()) <= 15
 
 
 def test_tied_when_output_is_absent(tmp_path, tiny_hf):
@@ -177,11 +183,15 @@ def test_default_model(smollm, default_gguf):
     assert all(t.dtype == torch.float32 for t in smollm.weights.values())
 
 
-def test_default_model_q4_1_blocks(smollm, default_gguf):
-    """Each of the default model's 120 linears is Q4_1 and comes as its blocks, as exact as floats."""
-    kept = load_gguf(default_gguf, keep_nibble_blocks=True)
-    assert len(kept.nibble_blocks) == 4 * SMOLLM2_135M.num_layers
-    for name, blocks in kept.nibble_blocks.items():
+def test_default_model_blocks(smollm, default_gguf):
+    """Each of the default model's 120 linears is Q4_1 and its tied embedding Q8_0; each comes as
+    its blocks, as exact as floats."""
+    kept = load_gguf(default_gguf, keep_blocks=True)
+    assert isinstance(kept.blocks["embed.weight"], ByteBlocks) and "embed.weight" not in kept.weights
+    linears = [blocks for name, blocks in kept.blocks.items() if name != "embed.weight"]
+    assert len(linears) == 4 * SMOLLM2_135M.num_layers
+    assert all(isinstance(blocks, NibbleBlocks) for blocks in linears)
+    for name, blocks in kept.blocks.items():
         assert torch.equal(blocks.dequantize(), smollm.weights[name]), name
 
 

@@ -3,6 +3,7 @@ forms, GGUF's Q4_1 and Q8_0 blocks land on the grids exactly, and int8_gemm's la
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tenor.models import block_weights, native
 
@@ -104,7 +105,7 @@ def test_pack_puts_four_inputs_of_eight_outputs_in_each_step():
 
 
 def nibbles_of(weight: torch.Tensor) -> block_weights.NibbleBlocks:
-    """`weight`'s GGUF Q4_1 blocks, as load_gguf(keep_nibble_blocks=True) gives them."""
+    """`weight`'s GGUF Q4_1 blocks, as load_gguf(keep_blocks=True) gives them."""
     nibbles = block_weights.nibble_blocks_torch(*block_weights.quantize_u8_blocks_torch(weight))
     assert nibbles is not None
     return nibbles
@@ -118,3 +119,27 @@ def test_nibble_blocks_dequantize_to_their_weight():
     # the packed form holds the levels: byte j of a block is level j low, level j + 16 high
     blocks = nibbles.levels.view(16, 3, 32)
     assert torch.equal(nibbles.packed.view(16, 3, 16), blocks[..., :16] | (blocks[..., 16:] << 4))
+
+
+def q8_0_blocks(out_features: int, in_features: int, seed: int) -> block_weights.ByteBlocks:
+    """Random GGUF Q8_0 blocks, as load_gguf(keep_blocks=True) gives them: each block's largest
+    level is +-127, its step a float16's value."""
+    gen = torch.Generator().manual_seed(seed)
+    levels = torch.randint(-127, 128, (out_features, in_features), generator=gen, dtype=torch.int8)
+    levels.view(out_features, -1, 32)[..., 0] = 127
+    steps = (torch.rand(out_features, in_features // 32, generator=gen) * 0.01).half().float()
+    return block_weights.ByteBlocks(levels, steps)
+
+
+def test_byte_blocks_look_up_rows_as_an_embedding_of_their_floats():
+    blocks = q8_0_blocks(40, 64, seed=13)
+    floats = blocks.dequantize()
+    assert blocks.shape == (40, 64)
+    assert torch.equal(floats.view(40, 2, 32), blocks.levels.view(40, 2, 32).float() * blocks.steps[..., None])
+    ids = torch.tensor([3, 0, 3, 39])
+    rows = blocks.rows(ids)
+    assert torch.equal(rows, F.embedding(ids, floats))
+    rows.add_(1.0)  # a fresh tensor: the layers run in place on it
+    assert torch.equal(blocks.rows(ids), F.embedding(ids, floats))
+    with pytest.raises(IndexError):
+        blocks.rows(torch.tensor([40]))

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from tenor import hardware
 from tenor.models import block_weights, kernels, native
 from tenor.models.kernels import Int8BlockKernel, Int8GemmKernel, int8_gemm_applies
-from tests.models.test_block_weights import nibbles_of, q4_1_weight
+from tests.models.test_block_weights import nibbles_of, q4_1_weight, q8_0_blocks
 
 needs_simd = pytest.mark.skipif(
     not native.int8_gemm_simd(), reason="tenor's kernels not built, or built without AVX2 (int8_gemm's vector path)"
@@ -201,7 +201,7 @@ def test_every_build_of_the_int8_gemm_matches_the_integer_reference(tmp_path, na
 @needs_simd
 @pytest.mark.parametrize("int8_activations", [False, True])
 def test_a_gguf_weights_blocks_serve_as_its_floats_do(monkeypatch, int8_activations):
-    """Int8BlockKernel from a Q4_1 weight's blocks as read (load_gguf(keep_nibble_blocks=True)) and
+    """Int8BlockKernel from a Q4_1 weight's blocks as read (load_gguf(keep_blocks=True)) and
     from their floats: the same levels; steps re-derived from the floats may differ in their last
     bits (from the default model's own blocks they come out exact: tests/checkpoints/test_gguf.py)."""
     monkeypatch.setattr(hardware, "cpu_info", lambda: AVX2_ONLY)
@@ -216,6 +216,28 @@ def test_a_gguf_weights_blocks_serve_as_its_floats_do(monkeypatch, int8_activati
     for rows in (1, 20):  # the decode kernel and the integer GEMM
         x = torch.randn(rows, 64)
         assert torch.allclose(from_blocks(x), from_floats(x), rtol=1e-5, atol=1e-5)
+
+
+@needs_simd
+@pytest.mark.parametrize("int8_activations", [False, True])
+def test_q8_0_blocks_serve_as_they_are(monkeypatch, int8_activations):
+    """Int8BlockKernel from Q8_0 blocks as read (the default model's tied LM head): their own
+    levels and steps, no offsets, 8-bit against int16 x in big batches whatever the activations'
+    setting; its products are the dequantized weight's to float32's rounding."""
+    monkeypatch.setattr(hardware, "cpu_info", lambda: AVX2_ONLY)
+    blocks = q8_0_blocks(48, 64, seed=11)
+    kernel = Int8BlockKernel(blocks, None, int8_activations=int8_activations)
+    assert kernel.bits == 8 and torch.equal(kernel.q, blocks.levels) and torch.equal(kernel.scales, blocks.steps)
+    assert not kernel.offsets.any()
+    assert isinstance(kernel.batched, Int8GemmKernel) and kernel.batched.weights.bits == 8
+    floats = blocks.dequantize()
+    for rows in (1, 20):  # the decode kernel and the integer GEMM
+        x = torch.randn(rows, 64)
+        expected = F.linear(x, floats)
+        assert (kernel(x) - expected).abs().max() <= 2e-4 * expected.abs().max(), rows
+    dense = kernels.make_kernel(blocks, torch.float32, "dense")
+    x = torch.randn(3, 64)
+    assert torch.allclose(dense(x), F.linear(x, floats), rtol=1e-5, atol=1e-5)
 
 
 def test_blocks_go_to_other_kernels_as_floats():

@@ -9,11 +9,13 @@ import transformers
 
 from tenor import registry
 from tenor.checkpoints.default_model import default_gguf_path
+from tenor.checkpoints.gguf import load_gguf
 from tenor.engine.api import GenerateRequest, SamplingParams
 from tenor.engine.factory import EngineOptions
 from tenor.engine.llm_engine import LLMEngine
 from tenor.hardware import fbgemm_fp16_available
 from tenor.models import native
+from tenor.models.model import build_model
 
 NEW_TOKENS = 32
 PROMPTS = [
@@ -108,3 +110,22 @@ def test_low_bit_weights_keep_greedy_tokens(hf_pair, prompt_ids, quantize):
     got = asyncio.run(tenor_greedy(prompt_ids, together=True, quantize=quantize))
     identical = sum(g == e for g, e in zip(got, expected))
     assert identical >= len(prompt_ids) - 1, f"only {identical} of {len(prompt_ids)} prompts match HF float32"
+
+
+@pytest.mark.skipif(not native.available(), reason="the integer kernels need tenor's native kernels (a C compiler)")
+def test_the_gguf_blocks_as_read_serve_as_their_floats(prompt_ids):
+    """The int8 defaults build the model from its GGUF's blocks as read: the embedding's rows
+    are looked up from its Q8_0 blocks, the very values of its float table, and the tied LM head
+    reads the same blocks, its logits those of the floats' re-derived blocks to float32's rounding."""
+    path = default_gguf_path()
+    kept, floats = load_gguf(path, keep_blocks=True), load_gguf(path)
+    from_blocks = build_model(kept.config, {**kept.weights, **kept.blocks}, torch.float32, "int8a8")
+    from_floats = build_model(floats.config, floats.weights, torch.float32, "int8a8")
+    assert from_blocks.embed_blocks is not None and from_blocks.embed.numel() == 0
+    assert from_blocks.embed_blocks.levels is from_blocks.lm_head.kernel.q  # one copy of the levels
+    ids = torch.tensor(prompt_ids[-1])
+    assert torch.equal(from_blocks.embed_tokens(ids), from_floats.embed_tokens(ids))
+    for rows in (1, len(ids)):  # the decode kernel and the big batches' GEMM
+        h = from_floats.embed_tokens(ids[:rows])
+        expected = from_floats.lm_head(h)
+        assert (from_blocks.lm_head(h) - expected).abs().max() <= 1e-5 * expected.abs().max(), rows
