@@ -17,10 +17,12 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from tenor.checkpoints.format import LoadedCheckpoint
+from tenor.checkpoints.gguf_blocks import BLOCK_TYPES, as_blocks
+from tenor.checkpoints.gguf_blocks import dequantize as dequantize_blocks
 from tenor.checkpoints.gguf_file import GGUF_MAGIC, GGUFFile, GGUFTensor, read_gguf
 from tenor.checkpoints.layout import check_weights, float_specs, linear_weight_names, piece_rows
 from tenor.errors import CheckpointError
-from tenor.models.block_weights import Blocks, ByteBlocks, NibbleBlocks
+from tenor.models.block_weights import Blocks
 from tenor.models.config import ModelConfig, RopeScaling
 
 _LAYER_NAMES = {  # GGUF block tensor -> (tenor tensor, index of the piece in a fused tensor)
@@ -212,25 +214,14 @@ def read_weight(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int,
 
 
 def read_blocks(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int, GGUFTensor]) -> Blocks | None:
-    """One tenor weight as its blocks read when its GGUF pieces are all Q4_1 (NibbleBlocks: Q4_1
-    packs a block's 4-bit levels as tenor's decode kernel reads them, byte j: level j low, level
-    j + 16 high) or all Q8_0 (ByteBlocks), else None. No float copy is made, and the steps and
-    offsets are the file's own."""
-    kinds = {t.tensor_type for t in parts.values()}
-    if kinds not in ({GGMLQuantizationType.Q4_1}, {GGMLQuantizationType.Q8_0}):
+    """One tenor weight as its blocks read, where each GGUF piece is of a type whose every 32
+    values share a step and an offset (gguf_blocks.BLOCK_TYPES: Q4_0, Q4_1, Q4_K as NibbleBlocks,
+    and with Q5_0, Q5_1, Q5_K or Q8_0 among them as ByteBlocks), else None: no float copy, and
+    the steps and offsets are the file's own."""
+    if not parts or any(t.tensor_type not in BLOCK_TYPES for t in parts.values()):
         return None
-    out_features, in_features = float_specs(config)[name].shape
-    _, raws = _raw_pieces(file, config, name, parts)
-    data = raws[0] if len(raws) == 1 else np.concatenate(raws)
-    if kinds == {GGMLQuantizationType.Q8_0}:
-        raw = _raw_blocks(data, 34).reshape(out_features, -1, 34)
-        levels = raw[..., 2:].contiguous().view(torch.int8).reshape(out_features, in_features)
-        return ByteBlocks(levels, _halves(raw[..., :2])[..., 0].contiguous())
-    raw = _raw_blocks(data, 20).reshape(out_features, -1, 20)
-    steps, offsets = (_halves(raw[..., i : i + 2])[..., 0] for i in (0, 2))
-    packed = raw[..., 4:]
-    levels = _nibbles(packed).reshape(out_features, in_features)
-    return NibbleBlocks(levels, packed.reshape(out_features, -1).contiguous(), steps, offsets)
+    tensors, raws = _raw_pieces(file, config, name, parts)
+    return as_blocks([(t.tensor_type, raw) for t, raw in zip(tensors, raws)])
 
 
 def _raw_pieces(
@@ -269,8 +260,8 @@ def rotary_row_order(rows: int, heads: int) -> np.ndarray:
 def _dequantize(path: Path, tensor: GGUFTensor, data: np.ndarray) -> np.ndarray:
     qtype = tensor.tensor_type
     try:
-        if qtype in _BLOCKS_IN_TORCH:
-            values = _dequantize_in_torch(data, qtype)
+        if qtype in BLOCK_TYPES:  # in torch's whole-tensor ops: gguf.quants took ~1 s on the default model
+            values = dequantize_blocks(data, qtype)
         elif qtype == GGMLQuantizationType.Q8_K:
             values = _dequantize_q8_k(data)
         elif qtype == GGMLQuantizationType.F64:
@@ -283,48 +274,6 @@ def _dequantize(path: Path, tensor: GGUFTensor, data: np.ndarray) -> np.ndarray:
             "supported: F32, F16, BF16, F64, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q8_K and the IQ types"
         ) from None
     return np.asarray(values, dtype=np.float32)
-
-
-# The block types of common GGUF files (the default model's are Q4_1 and Q8_0), dequantized by
-# torch's threads in a few whole-tensor passes: gguf.quants' numpy, a group of rows at a time,
-# took ~1 s of `tenor serve`'s start on the default model. The same float32 operations as
-# gguf.quants, so the same values (tests/checkpoints/test_gguf.py compares them).
-_BLOCKS_IN_TORCH = {
-    GGMLQuantizationType.Q4_0: (18, False),  # bytes a block of 32, whether it has a minimum
-    GGMLQuantizationType.Q4_1: (20, True),
-    GGMLQuantizationType.Q8_0: (34, False),
-}
-
-
-def _dequantize_in_torch(data: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
-    block_bytes, has_min = _BLOCKS_IN_TORCH[qtype]
-    raw = _raw_blocks(data, block_bytes)
-    step = _halves(raw[:, :2])  # [blocks, 1]
-    levels = raw[:, 4:] if has_min else raw[:, 2:]
-    if qtype == GGMLQuantizationType.Q8_0:
-        values = levels.contiguous().view(torch.int8).float() * step
-    else:
-        nibbles = _nibbles(levels)
-        values = step * (nibbles.float() if has_min else (nibbles.to(torch.int8) - 8).float())
-        if has_min:
-            values = values + _halves(raw[:, 2:4])
-    return values.reshape(*data.shape[:-1], -1).numpy()
-
-
-def _raw_blocks(data: np.ndarray, block_bytes: int) -> torch.Tensor:
-    """A quantized tensor's bytes as uint8 [blocks, block_bytes] (copied only from a read-only map)."""
-    return torch.from_numpy(np.array(data, copy=not data.flags.writeable)).reshape(-1, block_bytes)
-
-
-def _halves(field: torch.Tensor) -> torch.Tensor:
-    """A block field of float16 bytes (the last dimension, 2 bytes) as float32."""
-    return field.contiguous().view(torch.float16).float()
-
-
-def _nibbles(packed: torch.Tensor) -> torch.Tensor:
-    """A Q4 block's 16 bytes [..., 16] as its 32 levels [..., 32]: byte j holds level j (low
-    nibble) and level j + 16 (high)."""
-    return torch.cat([packed & 15, packed >> 4], dim=-1)
 
 
 def _dequantize_q8_k(data: np.ndarray) -> np.ndarray:

@@ -74,9 +74,17 @@ def signed_blocks(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> 
     return (q.to(torch.int16) - 128).to(torch.int8), (mins + 128.0 * scales).contiguous()
 
 
+def _block_rows(levels: torch.Tensor, steps: torch.Tensor, offsets: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` of a weight in blocks (levels one a byte), level * step + offset in float32."""
+    count = ids.numel()
+    picked = levels.index_select(0, ids).view(count, -1, BLOCK).float()
+    values = picked * steps.index_select(0, ids)[..., None] + offsets.index_select(0, ids)[..., None]
+    return values.view(count, -1)
+
+
 @dataclasses.dataclass(frozen=True)
 class NibbleBlocks:
-    """A weight whose blocks are all GGUF Q4_1 blocks, in 4 bits: W ~= level * step + offset, levels
+    """A weight in 4-bit blocks (GGUF's Q4_0, Q4_1 and Q4_K): W = level * step + offset, levels
     0..15 one a byte (`levels` [OUT, IN], int8_gemm_pack's form) and two a byte (`packed` [OUT,
     IN / 2], byte i of a block holding w[i] low and w[i + 16] high: block_linear's form); steps
     and offsets [OUT, IN / 32]."""
@@ -93,20 +101,23 @@ class NibbleBlocks:
 
     def dequantize(self) -> torch.Tensor:
         """W = level * step + offset in float32, the values GGUF's own dequantizing gives."""
-        out_features, in_features = self.shape
-        blocks = self.levels.view(out_features, -1, BLOCK).float() * self.steps[..., None] + self.offsets[..., None]
-        return blocks.reshape(out_features, in_features)
+        return self.rows(torch.arange(self.shape[0]))
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` [N] in float32 [N, IN], a fresh tensor: an embedding lookup."""
+        return _block_rows(self.levels, self.steps, self.offsets, ids)
 
 
 @dataclasses.dataclass(frozen=True)
 class ByteBlocks:
-    """A weight whose blocks are all GGUF Q8_0 blocks: W = level * step, levels int8 [OUT, IN]
-    (block_linear's 8-bit form as they are, offsets zero) and steps [OUT, IN / 32]. The default
-    model's tied embedding and LM head: its rows are looked up from the blocks (`rows`), 1.125
-    bytes a value where a float32 table took 4."""
+    """A weight in blocks whose levels fit a byte (GGUF's Q8_0, Q5_0, Q5_1 and Q5_K): W = level *
+    step + offset, levels int8 [OUT, IN] (block_linear's 8-bit form as they are), steps and
+    offsets [OUT, IN / 32]. The default model's tied embedding and LM head (Q8_0): its rows are
+    looked up from the blocks (`rows`), 1.125 bytes a value where a float32 table took 4."""
 
     levels: torch.Tensor
     steps: torch.Tensor
+    offsets: torch.Tensor
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -114,14 +125,12 @@ class ByteBlocks:
         return out_features, in_features
 
     def dequantize(self) -> torch.Tensor:
-        """W = level * step in float32, the values GGUF's own dequantizing gives."""
+        """W = level * step + offset in float32, the values GGUF's own dequantizing gives."""
         return self.rows(torch.arange(self.shape[0]))
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows `ids` [N] in float32 [N, IN], a fresh tensor: an embedding lookup."""
-        count = ids.numel()
-        levels = self.levels.index_select(0, ids).view(count, -1, BLOCK).float()
-        return (levels * self.steps.index_select(0, ids)[..., None]).view(count, -1)
+        return _block_rows(self.levels, self.steps, self.offsets, ids)
 
 
 # A weight kept in a GGUF's own blocks, read by the integer kernels as it is.

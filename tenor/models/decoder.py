@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tenor.models.block_weights import ByteBlocks
+from tenor.models.block_weights import Blocks
 from tenor.models.config import ModelConfig
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary
 
@@ -15,7 +15,7 @@ from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Ro
 class DecoderLM(nn.Module):
     config: ModelConfig
     embed: nn.Parameter
-    embed_blocks: ByteBlocks | None = None  # the embedding in its GGUF Q8_0 blocks, in place of `embed`
+    embed_blocks: Blocks | None = None  # the embedding in its GGUF blocks, in place of `embed`
     layers: nn.ModuleList
     lm_head: ParallelLinear
     rotary: Rotary

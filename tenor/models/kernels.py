@@ -256,9 +256,9 @@ def _block_form(
     4-bit levels one a byte where bits is 4. A GGUF's blocks as they were read; float weights
     in blocks derived from them, 4-bit where every block is a Q4_1 block (half the bytes, the
     same weights)."""
-    if isinstance(weight, ByteBlocks):  # GGUF's Q8_0 blocks: W = level * step, no offsets
-        return 8, weight.levels, weight.steps, torch.zeros_like(weight.steps), None
-    if isinstance(weight, NibbleBlocks):  # GGUF's Q4_1 blocks
+    if isinstance(weight, ByteBlocks):  # GGUF's Q8_0, Q5_* blocks
+        return 8, weight.levels, weight.steps, weight.offsets, None
+    if isinstance(weight, NibbleBlocks):  # GGUF's Q4_* blocks
         return 4, weight.packed, weight.steps, weight.offsets, weight
     q, scales, mins = block_weights.quantize_u8_blocks(weight)
     nibbles = block_weights.nibble_blocks(q, scales, mins)
@@ -347,8 +347,8 @@ def make_kernel(
     scale: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
 ) -> LinearKernel:
-    """The kernel for `weight` [out, in] serving activations of `dtype` (a GGUF weight's Q4_1 or
-    Q8_0 blocks go to the integer kernels as they are, and are dequantized for any other)."""
+    """The kernel for `weight` [out, in] serving activations of `dtype` (a GGUF weight's blocks go
+    to the integer kernels as they are, and are dequantized for any other)."""
     if weight_format not in WEIGHT_FORMATS:
         raise ValueError(f"weight format must be one of {', '.join(WEIGHT_FORMATS)}, got {weight_format!r}")
     bias = None if bias is None else bias.to(dtype).contiguous()

@@ -16,7 +16,7 @@ from tenor.models.decoder import DecoderLM
 from tenor.models.kernels import DecodeKernel, Int8BlockKernel, Int8GemmKernel
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
 
-# A checkpoint's tensor, or a weight kept in a GGUF's Q4_1 or Q8_0 blocks (LoadedCheckpoint.blocks).
+# A checkpoint's tensor, or a weight kept in a GGUF's blocks (LoadedCheckpoint.blocks).
 Weight = torch.Tensor | Blocks
 
 
@@ -198,8 +198,8 @@ class LlamaModel(DecoderLM):
         self._fused_weights, self._fused_gemm = None, False
         take = WeightTaker(weights, weight_format, device)
         embed = take.embedding("embed.weight", (c.vocab_size, c.hidden_size), dtype)
-        self.embed_blocks = embed if isinstance(embed, ByteBlocks) else None
-        floats = torch.empty(0, c.hidden_size) if isinstance(embed, ByteBlocks) else embed.to(dtype)
+        self.embed_blocks = embed if isinstance(embed, Blocks) else None
+        floats = torch.empty(0, c.hidden_size) if isinstance(embed, Blocks) else embed.to(dtype)
         self.embed = nn.Parameter(floats, requires_grad=False)
         for i, block in enumerate(self.layers):
             p = f"layers.{i}."
@@ -215,9 +215,10 @@ class LlamaModel(DecoderLM):
         if c.tie_word_embeddings:
             tied = self.embed.data if self.embed_blocks is None else self.embed_blocks
             self.lm_head.load(tied, dtype, weight_format=weight_format)
-            if self.embed_blocks is not None and isinstance(self.lm_head.kernel, Int8BlockKernel):
-                # The head's decode kernel holds the same levels and steps (in huge pages): one copy.
-                self.embed_blocks = ByteBlocks(self.lm_head.kernel.q, self.lm_head.kernel.scales)
+            head = self.lm_head.kernel
+            if isinstance(self.embed_blocks, ByteBlocks) and isinstance(head, Int8BlockKernel):
+                # The head's decode kernel holds the same levels, steps and offsets (in huge pages): one copy.
+                self.embed_blocks = ByteBlocks(head.q, head.scales, head.offsets)
         else:
             take.linear(self.lm_head, "lm_head", dtype)
         self.rotary.to_dtype(dtype)
@@ -229,9 +230,9 @@ class LlamaModel(DecoderLM):
 
 class WeightTaker:
     """Hands out checkpoint tensors by name with shape checks, on the serving device, and
-    notices leftovers. A weight kept in a GGUF's Q4_1 or Q8_0 blocks goes to its linear layer as
-    it is (the CPU's integer kernels read the blocks), and a Q8_0 embedding to the model
-    (`embedding`); anything else that asks for one gets floats."""
+    notices leftovers. A weight kept in a GGUF's blocks goes to its linear layer as it is (the
+    CPU's integer kernels read the blocks), and an embedding to the model (`embedding`); anything
+    else that asks for one gets floats."""
 
     def __init__(self, weights: Mapping[str, Weight], weight_format: str = "dense", device: str = "cpu") -> None:
         self.weights = weights
@@ -258,12 +259,12 @@ class WeightTaker:
     def float(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
         return self.get(name, shape)
 
-    def embedding(self, name: str, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor | ByteBlocks:
-        """An embedding table: its Q8_0 blocks where it was kept in them and float32 rows are
-        served on the CPU (rows are looked up from the blocks: a quarter of the table's bytes),
+    def embedding(self, name: str, shape: tuple[int, int], dtype: torch.dtype) -> Weight:
+        """An embedding table: its blocks where it was kept in them and float32 rows are served
+        on the CPU (rows are looked up from the blocks: a quarter of the table's bytes or less),
         else floats."""
         weight = self._take(name, shape)
-        if isinstance(weight, ByteBlocks) and self.device == "cpu" and dtype == torch.float32:
+        if isinstance(weight, Blocks) and self.device == "cpu" and dtype == torch.float32:
             return weight
         return self._on_device(weight)
 

@@ -128,7 +128,7 @@ def q8_0_blocks(out_features: int, in_features: int, seed: int) -> block_weights
     levels = torch.randint(-127, 128, (out_features, in_features), generator=gen, dtype=torch.int8)
     levels.view(out_features, -1, 32)[..., 0] = 127
     steps = (torch.rand(out_features, in_features // 32, generator=gen) * 0.01).half().float()
-    return block_weights.ByteBlocks(levels, steps)
+    return block_weights.ByteBlocks(levels, steps, torch.zeros_like(steps))
 
 
 def test_byte_blocks_look_up_rows_as_an_embedding_of_their_floats():
@@ -136,6 +136,8 @@ def test_byte_blocks_look_up_rows_as_an_embedding_of_their_floats():
     floats = blocks.dequantize()
     assert blocks.shape == (40, 64)
     assert torch.equal(floats.view(40, 2, 32), blocks.levels.view(40, 2, 32).float() * blocks.steps[..., None])
+    with_offsets = block_weights.ByteBlocks(blocks.levels, blocks.steps, blocks.steps * 3.0)
+    assert torch.equal(with_offsets.dequantize(), (floats.view(40, 2, 32) + 3.0 * blocks.steps[..., None]).view(40, 64))
     ids = torch.tensor([3, 0, 3, 39])
     rows = blocks.rows(ids)
     assert torch.equal(rows, F.embedding(ids, floats))
