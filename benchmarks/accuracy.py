@@ -17,6 +17,7 @@ float32 on the same GGUF (the reference of the correctness tests):
 
     python benchmarks/accuracy.py [--precisions float32/none,float32/fp16,float32/int8] [--device cpu|cuda]
                                   [--json-out FILE] [--as-cpu avx2|avx512] [--bench-prompts 16]
+                                  [--gguf FILE]   # another GGUF of the same model (another type)
 
 A precision is DTYPE/QUANTIZE as `tenor serve --dtype --quantize` take them; add `+kv8` for the
 int8 KV cache (e.g. float32/int8+kv8).
@@ -89,10 +90,9 @@ class Reference:
     greedy: list[list[int]]
 
 
-def hf_reference(tokenizer, bench_prompts: int) -> Reference:
+def hf_reference(tokenizer, bench_prompts: int, path: Path) -> Reference:
     import transformers
 
-    path = default_gguf_path()
     model = transformers.AutoModelForCausalLM.from_pretrained(
         path.parent, gguf_file=path.name, dtype=torch.float32
     ).eval()
@@ -157,8 +157,8 @@ def prefill_logits(model, ids: list[int], quantized_kv: bool, device: str = "cpu
     return model(moved[0], moved[1], cache, batch.to(at), moved[2]).cpu()
 
 
-async def engine_greedy(servable, options: EngineOptions, prompts: list[list[int]]) -> list[list[int]]:
-    engine = LLMEngine(servable, None, options)
+async def engine_greedy(servable, checkpoint: str, options: EngineOptions, prompts: list[list[int]]) -> list[list[int]]:
+    engine = LLMEngine(servable, checkpoint, options)
     await engine.start()
     try:
         out = []
@@ -184,12 +184,12 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def measure(precision: str, tokenizer, reference: Reference, device: str = "cpu") -> dict:
+def measure(precision: str, tokenizer, reference: Reference, path: Path, device: str = "cpu") -> dict:
     spec, _, extra = precision.partition("+")
     dtype, _, quantize = spec.partition("/")
     quantized_kv = extra == "kv8"
     servable = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(dtype=dtype, quantize=quantize or "auto")
-    loaded = load_model(servable, None, device=device)
+    loaded = load_model(servable, str(path), device=device)
     agree = prefill_agree = total = 0
     divergences, prefill_divergences = [], []
     for text, ref in zip(TEXTS, reference.text_logits):
@@ -208,7 +208,7 @@ def measure(precision: str, tokenizer, reference: Reference, device: str = "cpu"
     bench_positions = sum(len(ids) for ids in reference.bench_prompts)
     prompts = [tokenizer.encode(p) for p in PROMPTS]
     options = EngineOptions(kv_cache_bytes=256 << 20, warmup=False, quantize_kv_cache=quantized_kv, device=device)
-    greedy = asyncio.run(engine_greedy(servable, options, prompts))
+    greedy = asyncio.run(engine_greedy(servable, str(path), options, prompts))
     prefixes = [common_prefix(g, r) for g, r in zip(greedy, reference.greedy)]
     stepwise_kl, prefill_kl = torch.cat(divergences), torch.cat(prefill_divergences)
     return {
@@ -236,6 +236,7 @@ def main() -> None:
     parser.add_argument("--precisions", default="float32/none,float32/fp16,float32/int8,float32/int8+kv8,bfloat16/none")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where tenor runs (HF: the CPU)")
     parser.add_argument("--json-out")
+    parser.add_argument("--gguf", type=Path, default=None, help="a GGUF of SmolLM2-135M (default: the default model's)")
     parser.add_argument(
         "--bench-prompts", type=int, default=16, help="benchmark prompts for prefill top-1 at scale (0: none)"
     )
@@ -248,11 +249,12 @@ def main() -> None:
         narrow_to(args.as_cpu)
     from tenor.hardware import cpu_info
 
-    tokenizer = load_tokenizer(default_gguf_path())
-    reference = hf_reference(tokenizer, args.bench_prompts)
+    path = args.gguf or default_gguf_path()
+    tokenizer = load_tokenizer(path)
+    reference = hf_reference(tokenizer, args.bench_prompts, path)
     cpu = cpu_info()
     precisions = [p for p in args.precisions.split(",") if p]
-    rows = [measure(p, tokenizer, reference, args.device) for p in precisions]
+    rows = [measure(p, tokenizer, reference, path, args.device) for p in precisions]
     print(f"accuracy against HF transformers float32, tenor on {args.device}, CPU {cpu.model_name} ({cpu.isa})")
     print(
         "| precision | weights | teacher-forced top-1 | its KL mean, max (nats) | prefill top-1 | its KL mean, max | "
