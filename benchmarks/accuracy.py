@@ -271,7 +271,7 @@ def main() -> None:
         )
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"cpu": cpu.model_name, "isa": cpu.isa, "results": rows}, f, indent=2)
+            json.dump({"cpu": cpu.model_name, "isa": cpu.isa, "gguf": path.name, "results": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

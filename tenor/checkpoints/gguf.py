@@ -1,4 +1,5 @@
-"""Import a llama.cpp GGUF file (Llama architecture) under tenor's names, dequantized to float32.
+"""Import a llama.cpp GGUF file (Llama architecture) under tenor's names, dequantized to float32
+or, for the CPU's integer kernels, as the file's own blocks where its types allow (gguf_blocks.py).
 
 llama.cpp's converter reorders the rows of attn_q / attn_k inside each head so that the
 two halves of a rotary pair sit next to each other (interleaved: x0, y0, x1, y1, ...),

@@ -220,15 +220,17 @@ def test_a_gguf_weights_blocks_serve_as_its_floats_do(monkeypatch, int8_activati
 
 @needs_simd
 @pytest.mark.parametrize("int8_activations", [False, True])
-def test_q8_0_blocks_serve_as_they_are(monkeypatch, int8_activations):
-    """Int8BlockKernel from Q8_0 blocks as read (the default model's tied LM head): their own
-    levels and steps, no offsets, 8-bit against int16 x in big batches whatever the activations'
-    setting; its products are the dequantized weight's to float32's rounding."""
+@pytest.mark.parametrize("offset_steps", [0.0, 16.0])  # Q8_0's blocks; Q5_1's (levels 0..31, a minimum)
+def test_byte_blocks_serve_as_they_are(monkeypatch, int8_activations, offset_steps):
+    """Int8BlockKernel from 8-bit blocks as read (the default model's tied LM head, Q5_* and Q8_0
+    linears): their own levels, steps and offsets, 8-bit against int16 x in big batches whatever
+    the activations' setting; its products are the dequantized weight's to float32's rounding."""
     monkeypatch.setattr(hardware, "cpu_info", lambda: AVX2_ONLY)
-    blocks = q8_0_blocks(48, 64, seed=11)
+    q8_0 = q8_0_blocks(48, 64, seed=11)
+    blocks = block_weights.ByteBlocks(q8_0.levels, q8_0.steps, offset_steps * q8_0.steps)
     kernel = Int8BlockKernel(blocks, None, int8_activations=int8_activations)
     assert kernel.bits == 8 and torch.equal(kernel.q, blocks.levels) and torch.equal(kernel.scales, blocks.steps)
-    assert not kernel.offsets.any()
+    assert torch.equal(kernel.offsets, blocks.offsets)
     assert isinstance(kernel.batched, Int8GemmKernel) and kernel.batched.weights.bits == 8
     floats = blocks.dequantize()
     for rows in (1, 20):  # the decode kernel and the integer GEMM
