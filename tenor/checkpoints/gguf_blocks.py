@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType as Q
 
-from tenor.models.block_weights import BLOCK, Blocks, ByteBlocks, NibbleBlocks
+from tenor.models.block_weights import BLOCK, Blocks, ByteBlocks, NibbleBlocks, block_values
 
 # A type's blocks [n, bytes] -> levels [n, values], steps and offsets [n, values / 32] (float32).
 Reader = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -26,18 +26,17 @@ Reader = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor
 
 @dataclass(frozen=True)
 class BlockType:
-    values: int  # values a block: 32, or 256 for the K-quants' super-blocks
-    nbytes: int
+    nbytes: int  # a block's (32 values; 256 for the K-quants' super-blocks)
     bits: int  # 4: levels 0..15; 8: levels that fit an int8 (after the reader's shift)
     read: Reader
 
 
-def halves(field: torch.Tensor) -> torch.Tensor:
+def _halves(field: torch.Tensor) -> torch.Tensor:
     """A block field of float16 bytes (the last dimension, 2 bytes) as float32."""
     return field.contiguous().view(torch.float16).float()
 
 
-def nibbles(packed: torch.Tensor) -> torch.Tensor:
+def _nibbles(packed: torch.Tensor) -> torch.Tensor:
     """A Q4 block's 16 bytes [..., 16] as its 32 levels [..., 32]: byte j holds level j (low
     nibble) and level j + 16 (high)."""
     return torch.cat([packed & 15, packed >> 4], dim=-1)
@@ -58,34 +57,34 @@ def _k_fifth_bits(qh: torch.Tensor) -> torch.Tensor:
 
 
 def _q4_0(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    step = halves(raw[:, :2])
-    return nibbles(raw[:, 2:]), step, -8.0 * step  # W = step * (level - 8)
+    step = _halves(raw[:, :2])
+    return _nibbles(raw[:, 2:]), step, -8.0 * step  # W = step * (level - 8)
 
 
 def _q4_1(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return nibbles(raw[:, 4:]), halves(raw[:, :2]), halves(raw[:, 2:4])
+    return _nibbles(raw[:, 4:]), _halves(raw[:, :2]), _halves(raw[:, 2:4])
 
 
 def _q8_0(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    step = halves(raw[:, :2])
+    step = _halves(raw[:, :2])
     return raw[:, 2:].contiguous().view(torch.int8), step, torch.zeros_like(step)
 
 
 def _q5_0(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    step = halves(raw[:, :2])
-    levels = nibbles(raw[:, 6:]) | (_fifth_bits(raw[:, 2:6]) << 4)
+    step = _halves(raw[:, :2])
+    levels = _nibbles(raw[:, 6:]) | (_fifth_bits(raw[:, 2:6]) << 4)
     return levels.to(torch.int8) - 16, step, torch.zeros_like(step)  # W = step * (level - 16)
 
 
 def _q5_1(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    levels = nibbles(raw[:, 8:]) | (_fifth_bits(raw[:, 4:8]) << 4)
-    return levels, halves(raw[:, :2]), halves(raw[:, 2:4])
+    levels = _nibbles(raw[:, 8:]) | (_fifth_bits(raw[:, 4:8]) << 4)
+    return levels, _halves(raw[:, :2]), _halves(raw[:, 2:4])
 
 
 def _k_steps(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Q4_K / Q5_K: each 32's step (d * scale) and offset (-dmin * min) from the super-block's two
     float16s and its 12 bytes of 6-bit scales and minimums."""
-    d, dmin = halves(raw[:, :2]), halves(raw[:, 2:4])
+    d, dmin = _halves(raw[:, :2]), _halves(raw[:, 2:4])
     packed = raw[:, 4:16].reshape(-1, 3, 4)
     low_s, low_m, rest = packed[:, 0], packed[:, 1], packed[:, 2]
     scales = torch.cat([low_s & 63, (rest & 15) | ((low_s >> 2) & 48)], dim=-1)
@@ -111,13 +110,13 @@ def _q5_k(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 BLOCK_TYPES: dict[Q, BlockType] = {
-    Q.Q4_0: BlockType(32, 18, 4, _q4_0),
-    Q.Q4_1: BlockType(32, 20, 4, _q4_1),
-    Q.Q4_K: BlockType(256, 144, 4, _q4_k),
-    Q.Q5_0: BlockType(32, 22, 8, _q5_0),
-    Q.Q5_1: BlockType(32, 24, 8, _q5_1),
-    Q.Q5_K: BlockType(256, 176, 8, _q5_k),
-    Q.Q8_0: BlockType(32, 34, 8, _q8_0),
+    Q.Q4_0: BlockType(18, 4, _q4_0),
+    Q.Q4_1: BlockType(20, 4, _q4_1),
+    Q.Q4_K: BlockType(144, 4, _q4_k),
+    Q.Q5_0: BlockType(22, 8, _q5_0),
+    Q.Q5_1: BlockType(24, 8, _q5_1),
+    Q.Q5_K: BlockType(176, 8, _q5_k),
+    Q.Q8_0: BlockType(34, 8, _q8_0),
 }
 
 
@@ -133,15 +132,8 @@ def read_levels(data: np.ndarray, qtype: Q) -> tuple[torch.Tensor, torch.Tensor,
 
 def dequantize(data: np.ndarray, qtype: Q) -> np.ndarray:
     """float32 values of a tensor's bytes in one of BLOCK_TYPES, shaped [..., values a row]."""
-    levels, steps, offsets = read_levels(data, qtype)
-    values = _values(levels, steps, offsets)
+    values = block_values(*read_levels(data, qtype))
     return values.reshape(*data.shape[:-1], -1).numpy()
-
-
-def _values(levels: torch.Tensor, steps: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    rows = levels.shape[0]
-    blocks = levels.view(rows, -1, BLOCK).float() * steps[..., None] + offsets[..., None]
-    return blocks.reshape(rows, -1)
 
 
 def as_blocks(pieces: Sequence[tuple[Q, np.ndarray]]) -> Blocks | None:
@@ -153,7 +145,7 @@ def as_blocks(pieces: Sequence[tuple[Q, np.ndarray]]) -> Blocks | None:
     read = [read_levels(data, qtype) for qtype, data in pieces]
     levels, steps, offsets = (torch.cat(parts) if len(parts) > 1 else parts[0] for parts in zip(*read))
     if all(BLOCK_TYPES[qtype].bits == 4 for qtype, _ in pieces):
-        halves_of = levels.view(levels.shape[0], -1, 2, BLOCK // 2)
-        packed = (halves_of[:, :, 0] | (halves_of[:, :, 1] << 4)).reshape(levels.shape[0], -1)
+        split = levels.view(levels.shape[0], -1, 2, BLOCK // 2)  # a block's first 16 levels, then its last
+        packed = (split[:, :, 0] | (split[:, :, 1] << 4)).reshape(levels.shape[0], -1)
         return NibbleBlocks(levels.contiguous(), packed, steps.contiguous(), offsets.contiguous())
     return ByteBlocks(levels.to(torch.int8).contiguous(), steps.contiguous(), offsets.contiguous())

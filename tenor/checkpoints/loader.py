@@ -32,7 +32,7 @@ def checkpoint_kind(path: str | Path) -> str:
 
 def load_any(path: str | Path, keep_blocks: bool = False) -> LoadedCheckpoint:
     """Weights under tenor's names from a tenor checkpoint, an HF directory or a GGUF file (a
-    GGUF's Q4_1 and Q8_0 weights as their blocks with `keep_blocks`: see load_gguf)."""
+    GGUF's weights as their blocks with `keep_blocks`, where their types allow: see load_gguf)."""
     kind = checkpoint_kind(path)
     if kind == "gguf":
         return load_gguf(path, keep_blocks)

@@ -68,8 +68,8 @@ def load_model(servable: ServableConfig, checkpoint: str | None, group=None, dev
     else:
         from tenor.checkpoints.loader import load_any
 
-        # The integer kernels read a GGUF's Q4_1 and Q8_0 weights as they are: no float copy, no
-        # re-deriving; the embedding's rows are looked up from its Q8_0 blocks.
+        # The integer kernels read a GGUF's blocks (Q4_0/1/K, Q5_0/1/K, Q8_0) as they are: no float
+        # copy, no re-deriving; the embedding's rows are looked up from its blocks.
         keep_blocks = precision.weights in ("int8", "int8a8") and device == "cpu"
         loaded = load_any(path, keep_blocks=keep_blocks)
         config, tokenizer_path = loaded.config, loaded.tokenizer_path

@@ -74,12 +74,12 @@ def signed_blocks(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> 
     return (q.to(torch.int16) - 128).to(torch.int8), (mins + 128.0 * scales).contiguous()
 
 
-def _block_rows(levels: torch.Tensor, steps: torch.Tensor, offsets: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Rows `ids` of a weight in blocks (levels one a byte), level * step + offset in float32."""
-    count = ids.numel()
-    picked = levels.index_select(0, ids).view(count, -1, BLOCK).float()
-    values = picked * steps.index_select(0, ids)[..., None] + offsets.index_select(0, ids)[..., None]
-    return values.view(count, -1)
+def block_values(levels: torch.Tensor, steps: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """level * step + offset in float32 [rows, IN], from levels one a byte [rows, IN] and steps and
+    offsets [rows, IN / 32]: GGUF's own dequantizing's float32 operations, so its values."""
+    rows = levels.shape[0]
+    values = levels.reshape(rows, -1, BLOCK).float() * steps[..., None] + offsets[..., None]
+    return values.reshape(rows, -1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,11 +101,11 @@ class NibbleBlocks:
 
     def dequantize(self) -> torch.Tensor:
         """W = level * step + offset in float32, the values GGUF's own dequantizing gives."""
-        return self.rows(torch.arange(self.shape[0]))
+        return block_values(self.levels, self.steps, self.offsets)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows `ids` [N] in float32 [N, IN], a fresh tensor: an embedding lookup."""
-        return _block_rows(self.levels, self.steps, self.offsets, ids)
+        return block_values(*(t.index_select(0, ids) for t in (self.levels, self.steps, self.offsets)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,11 +126,11 @@ class ByteBlocks:
 
     def dequantize(self) -> torch.Tensor:
         """W = level * step + offset in float32, the values GGUF's own dequantizing gives."""
-        return self.rows(torch.arange(self.shape[0]))
+        return block_values(self.levels, self.steps, self.offsets)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows `ids` [N] in float32 [N, IN], a fresh tensor: an embedding lookup."""
-        return _block_rows(self.levels, self.steps, self.offsets, ids)
+        return block_values(*(t.index_select(0, ids) for t in (self.levels, self.steps, self.offsets)))
 
 
 # A weight kept in a GGUF's own blocks, read by the integer kernels as it is.
