@@ -147,5 +147,5 @@ def as_blocks(pieces: Sequence[tuple[Q, np.ndarray]]) -> Blocks | None:
     if all(BLOCK_TYPES[qtype].bits == 4 for qtype, _ in pieces):
         split = levels.view(levels.shape[0], -1, 2, BLOCK // 2)  # a block's first 16 levels, then its last
         packed = (split[:, :, 0] | (split[:, :, 1] << 4)).reshape(levels.shape[0], -1)
-        return NibbleBlocks(levels.contiguous(), packed, steps.contiguous(), offsets.contiguous())
+        return NibbleBlocks(levels.contiguous(), steps.contiguous(), offsets.contiguous(), packed)
     return ByteBlocks(levels.to(torch.int8).contiguous(), steps.contiguous(), offsets.contiguous())

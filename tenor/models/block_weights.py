@@ -83,14 +83,11 @@ def block_values(levels: torch.Tensor, steps: torch.Tensor, offsets: torch.Tenso
 
 
 @dataclasses.dataclass(frozen=True)
-class NibbleBlocks:
-    """A weight in 4-bit blocks (GGUF's Q4_0, Q4_1 and Q4_K): W = level * step + offset, levels
-    0..15 one a byte (`levels` [OUT, IN], int8_gemm_pack's form) and two a byte (`packed` [OUT,
-    IN / 2], byte i of a block holding w[i] low and w[i + 16] high: block_linear's form); steps
-    and offsets [OUT, IN / 32]."""
+class LevelBlocks:
+    """A weight in blocks of 32: W = level * step + offset, levels one a byte [OUT, IN], steps and
+    offsets [OUT, IN / 32]."""
 
     levels: torch.Tensor
-    packed: torch.Tensor
     steps: torch.Tensor
     offsets: torch.Tensor
 
@@ -109,28 +106,19 @@ class NibbleBlocks:
 
 
 @dataclasses.dataclass(frozen=True)
-class ByteBlocks:
-    """A weight in blocks whose levels fit a byte (GGUF's Q8_0, Q5_0, Q5_1 and Q5_K): W = level *
-    step + offset, levels int8 [OUT, IN] (block_linear's 8-bit form as they are), steps and
-    offsets [OUT, IN / 32]. The default model's tied embedding and LM head (Q8_0): its rows are
-    looked up from the blocks (`rows`), 1.125 bytes a value where a float32 table took 4."""
+class NibbleBlocks(LevelBlocks):
+    """4-bit blocks (GGUF's Q4_0, Q4_1 and Q4_K): levels 0..15 one a byte (`levels`, int8_gemm_pack's
+    form) and two a byte (`packed` [OUT, IN / 2], byte i of a block holding w[i] low and w[i + 16]
+    high: block_linear's form)."""
 
-    levels: torch.Tensor
-    steps: torch.Tensor
-    offsets: torch.Tensor
+    packed: torch.Tensor
 
-    @property
-    def shape(self) -> tuple[int, int]:
-        out_features, in_features = self.levels.shape
-        return out_features, in_features
 
-    def dequantize(self) -> torch.Tensor:
-        """W = level * step + offset in float32, the values GGUF's own dequantizing gives."""
-        return block_values(self.levels, self.steps, self.offsets)
-
-    def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows `ids` [N] in float32 [N, IN], a fresh tensor: an embedding lookup."""
-        return block_values(*(t.index_select(0, ids) for t in (self.levels, self.steps, self.offsets)))
+@dataclasses.dataclass(frozen=True)
+class ByteBlocks(LevelBlocks):
+    """Blocks whose levels fit a byte (GGUF's Q8_0, Q5_0, Q5_1 and Q5_K): int8 levels,
+    block_linear's 8-bit form as they are. The default model's tied embedding and LM head (Q8_0):
+    its rows are looked up from the blocks (`rows`), 1.125 bytes a value where a float32 table took 4."""
 
 
 # A weight kept in a GGUF's own blocks, read by the integer kernels as it is.
@@ -150,7 +138,7 @@ def nibble_blocks(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> 
     blocks = q.numel() // BLOCK
     if not lib.tenor_nibble_levels(q.data_ptr(), blocks, levels.data_ptr(), packed.data_ptr(), torch.get_num_threads()):
         return None
-    return NibbleBlocks(levels, packed, (scales * 17.0).contiguous(), mins.contiguous())
+    return NibbleBlocks(levels, (scales * 17.0).contiguous(), mins.contiguous(), packed)
 
 
 def nibble_blocks_torch(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> NibbleBlocks | None:
@@ -160,7 +148,7 @@ def nibble_blocks_torch(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tenso
     levels = q // 17
     halves = levels.view(q.shape[0], -1, 2, 16)
     packed = (halves[:, :, 0] | (halves[:, :, 1] << 4)).reshape(q.shape[0], -1).contiguous()
-    return NibbleBlocks(levels, packed, (scales * 17.0).contiguous(), mins.contiguous())
+    return NibbleBlocks(levels, (scales * 17.0).contiguous(), mins.contiguous(), packed)
 
 
 @dataclasses.dataclass(frozen=True)
