@@ -8,7 +8,9 @@ from gguf import GGMLQuantizationType as Q
 
 from tenor.checkpoints.gguf import _dequantize_q8_k, load_gguf, rotary_row_order
 from tenor.errors import CheckpointError
+from tenor.models import native
 from tenor.models.block_weights import ByteBlocks, NibbleBlocks
+from tenor.models.model import build_model
 from tenor.registry import SMOLLM2_135M
 from tests.checkpoints.tiny_gguf import LAYER_NAMES, copy_gguf, llama_cpp_permute, write_llama_gguf
 from tests.checkpoints.tiny_hf import assert_matches_hf, llama_pieces, make_llama
@@ -89,6 +91,24 @@ def test_weights_in_block_types_kept_as_their_blocks(tmp_path, tiny_hf):
         assert isinstance(blocks, NibbleBlocks if name in nibbles else ByteBlocks), name
         assert blocks.shape == tuple(floats.weights[name].shape)
         assert torch.equal(blocks.dequantize(), floats.weights[name]), name
+
+
+@pytest.mark.skipif(not native.available(), reason="the integer kernels need tenor's native kernels (a C compiler)")
+def test_a_tied_embedding_in_4_bit_blocks_serves_lookups_and_the_lm_head(tmp_path, tiny_hf):
+    """A tied Q4_0 embedding kept as its blocks: the model looks rows up from them (the float
+    table's values) and its LM head reads them as 4-bit levels."""
+    hf = {k: v for k, v in tiny_hf.items() if k != "lm_head.weight"}
+    path = _write(tmp_path / "m.gguf", hf, qtypes={"token_embd.weight": Q.Q4_0})
+    kept, floats = load_gguf(path, keep_blocks=True), load_gguf(path)
+    assert kept.config.tie_word_embeddings and isinstance(kept.blocks["embed.weight"], NibbleBlocks)
+    from_blocks = build_model(kept.config, {**kept.weights, **kept.blocks}, torch.float32, "int8a8")
+    from_floats = build_model(floats.config, floats.weights, torch.float32, "dense")
+    assert isinstance(from_blocks.embed_blocks, NibbleBlocks) and from_blocks.lm_head.kernel.bits == 4
+    ids = torch.tensor([5, 0, 95, 5])
+    rows = from_blocks.embed_tokens(ids)
+    assert torch.equal(rows, from_floats.embed_tokens(ids))
+    expected = from_floats.lm_head(rows)  # float32 products; the kernel's x goes to int16 per block
+    assert (from_blocks.lm_head(rows) - expected).abs().max() <= 2e-4 * expected.abs().max()
 
 
 def test_tied_when_output_is_absent(tmp_path, tiny_hf):
