@@ -54,9 +54,9 @@ def is_gguf_file(path: Path) -> bool:
 
 def load_gguf(path: str | Path, keep_blocks: bool = False) -> LoadedCheckpoint:
     """Read a Llama GGUF; raises CheckpointError naming the file and the problem. With
-    `keep_blocks`, the linear weights and the embedding stored all in Q4_1 or all in Q8_0 come
-    as their blocks (the checkpoint's `blocks`), not dequantized, for the integer kernels that
-    read them as they are."""
+    `keep_blocks`, the linear weights and the embedding whose pieces are all of gguf_blocks'
+    BLOCK_TYPES come as their blocks (the checkpoint's `blocks`), not dequantized, for the
+    integer kernels that read them as they are."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such GGUF file")

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType as Q
 
-from tenor.models.block_weights import BLOCK, Blocks, ByteBlocks, NibbleBlocks, block_values
+from tenor.models.block_weights import Blocks, ByteBlocks, NibbleBlocks, block_values, pack_nibbles
 
 # A type's blocks [n, bytes] -> levels [n, values], steps and offsets [n, values / 32] (float32).
 Reader = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -145,7 +145,6 @@ def as_blocks(pieces: Sequence[tuple[Q, np.ndarray]]) -> Blocks | None:
     read = [read_levels(data, qtype) for qtype, data in pieces]
     levels, steps, offsets = (torch.cat(parts) if len(parts) > 1 else parts[0] for parts in zip(*read))
     if all(BLOCK_TYPES[qtype].bits == 4 for qtype, _ in pieces):
-        split = levels.view(levels.shape[0], -1, 2, BLOCK // 2)  # a block's first 16 levels, then its last
-        packed = (split[:, :, 0] | (split[:, :, 1] << 4)).reshape(levels.shape[0], -1)
-        return NibbleBlocks(levels.contiguous(), steps.contiguous(), offsets.contiguous(), packed)
+        levels = levels.contiguous()
+        return NibbleBlocks(levels, steps.contiguous(), offsets.contiguous(), pack_nibbles(levels))
     return ByteBlocks(levels.to(torch.int8).contiguous(), steps.contiguous(), offsets.contiguous())

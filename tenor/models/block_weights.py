@@ -125,6 +125,13 @@ class ByteBlocks(LevelBlocks):
 Blocks = NibbleBlocks | ByteBlocks
 
 
+def pack_nibbles(levels: torch.Tensor) -> torch.Tensor:
+    """4-bit levels one a byte [OUT, IN] two a byte [OUT, IN / 2], block_linear's form: byte i of
+    a block holds level i low and level i + 16 high."""
+    split = levels.view(levels.shape[0], -1, 2, BLOCK // 2)  # a block's first 16 levels, then its last
+    return (split[:, :, 0] | (split[:, :, 1] << 4)).reshape(levels.shape[0], -1).contiguous()
+
+
 def nibble_blocks(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> NibbleBlocks | None:
     """The 4-bit form of quantize_u8_blocks' output when every block is a Q4_1 block (its 8-bit
     levels all multiples of 17, see quantize_u8_blocks), else None. In one C pass where the kernels
@@ -146,8 +153,7 @@ def nibble_blocks_torch(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tenso
     if bool((q % 17).any()):
         return None
     levels = q // 17
-    halves = levels.view(q.shape[0], -1, 2, 16)
-    packed = (halves[:, :, 0] | (halves[:, :, 1] << 4)).reshape(q.shape[0], -1).contiguous()
+    packed = pack_nibbles(levels)
     return NibbleBlocks(levels, (scales * 17.0).contiguous(), mins.contiguous(), packed)
 
 
