@@ -75,7 +75,7 @@ def main() -> None:
         integer = []
         if native.int8_gemm_simd():  # the same weights as int8 levels (int16 x) and as 0..15 (int8 x)
             integer = [block_weights.int8_gemm_pack(levels.to(torch.int8) - 8, steps, 0 * steps)]
-            integer.append(block_weights.int8_gemm_pack(levels, steps, -8 * steps))
+            integer.append(block_weights.int8_gemm_pack(levels, steps, -8 * steps, native.int8_gemm_fixed_steps()))
         for rows in (int(r) for r in args.rows.split(",")):
             x = torch.randn(rows, in_features)
             a = median_ms(lambda: torch.ops.quantized.linear_dynamic_fp16(x, fp16), args.repeats)

@@ -63,14 +63,26 @@ def _weights(out_features: int, in_features: int, bits: int) -> list[tuple[torch
     return made
 
 
-def _gemm_weights(out_features: int, in_features: int, bits: int) -> block_weights.Int8GemmWeights:
-    """One weight in int8_gemm's layout; at many rows each is read once for dozens of rows, so one
-    copy serves (from cache or not, as in serving)."""
+def _fixed_steps(lib: ctypes.CDLL) -> bool:
+    """Whether a build reads 4-bit steps in fixed point (revisions before it had none that did)."""
+    query = getattr(lib, "tenor_int8_gemm_fixed_steps", None)
+    if query is None:
+        return False
+    query.restype = ctypes.c_int64
+    return bool(query())
+
+
+def _gemm_weights(out_features: int, in_features: int, bits: int, libs: dict[str, ctypes.CDLL]) -> dict[str, Weights]:
+    """One weight in each build's int8_gemm layout; at many rows each is read once for dozens of
+    rows, so one copy serves (from cache or not, as in serving)."""
     q, scales, mins = block_weights.quantize_u8_blocks(torch.randn(out_features, in_features) * 0.02)
     if bits == 4:
-        return block_weights.int8_gemm_pack((q // 17).to(torch.uint8), scales * 17, mins)
+        levels = (q // 17).to(torch.uint8)
+        steps = scales * 17
+        return {name: block_weights.int8_gemm_pack(levels, steps, mins, _fixed_steps(w)) for name, w in libs.items()}
     levels, offsets = block_weights.signed_blocks(q, scales, mins)
-    return block_weights.int8_gemm_pack(levels, scales, offsets)
+    packed = block_weights.int8_gemm_pack(levels, scales, offsets)
+    return {name: packed for name in libs}
 
 
 def _call_gemm(lib: ctypes.CDLL, x: torch.Tensor, w: block_weights.Int8GemmWeights, out: torch.Tensor) -> None:
@@ -122,19 +134,23 @@ def compare(
     base: ctypes.CDLL, new: ctypes.CDLL, bits: int, rows: int, shape: tuple[int, int], repeats: int, gemm: bool
 ) -> str:
     out_features, in_features = shape
-    copies: list[Weights] = (
-        [_gemm_weights(out_features, in_features, bits)] if gemm else list(_weights(out_features, in_features, bits))
-    )
+    libs = {"base": base, "new": new}
+    copies: dict[str, list[Weights]]
+    if gemm:
+        copies = {name: [w] for name, w in _gemm_weights(out_features, in_features, bits, libs).items()}
+    else:
+        shared: list[Weights] = list(_weights(out_features, in_features, bits))
+        copies = {name: shared for name in libs}
     x = torch.randn(rows, in_features)
     got = {}
-    for name, lib in (("base", base), ("new", new)):
+    for name, lib in libs.items():
         got[name] = torch.empty(rows, out_features)
-        _call(lib, x, copies[0], bits, got[name])
+        _call(lib, x, copies[name][0], bits, got[name])
     diff = ((got["base"] - got["new"]).abs().max() / got["base"].abs().max()).item()
     medians = medians_in_turn(
         {
-            "base": lambda i: _call(base, x, copies[i % len(copies)], bits, got["base"]),
-            "new": lambda i: _call(new, x, copies[i % len(copies)], bits, got["new"]),
+            "base": lambda i: _call(base, x, copies["base"][i % len(copies["base"])], bits, got["base"]),
+            "new": lambda i: _call(new, x, copies["new"][i % len(copies["new"])], bits, got["new"]),
         },
         repeats,
     )

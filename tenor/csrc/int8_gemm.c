@@ -18,7 +18,8 @@
  * steps of 4 inputs) or 16 bytes (bits 8: 16 steps of 2 inputs); step s holds its inputs of the
  * block for the eight outputs, output o's first. One level a byte: unpacking nibbles cost more than
  * the bytes saved, as the tile's weights stay in L1 while every row reads them. Steps and offsets:
- * [OUT / 8, IN / 32, 8].
+ * [OUT / 8, IN / 32, 8] float32; 4-bit steps in builds without VNNI in fixed point (FIXED_STEPS):
+ * int16 [OUT / 8, IN / 32, 16] (each output's step twice), then each output's unit, float32 [OUT].
  */
 #include <stdlib.h>
 
@@ -194,9 +195,20 @@ static void quantize_rows(const float *x, int64_t bits, uint8_t *xq, float *xd, 
 #define VNNI 0
 #endif
 
-/* A block's integer dots for rows [0, R), eight outputs in each row's 8 int32 lanes. Levels 0..15
+/* Without VNNI, a 4-bit block's products add up in int16 (two sums an output) and vpmaddwd widens
+ * them to int32. Given each block's step as a 16-bit integer (int8_gemm_pack's fixed steps: the
+ * output's largest step is 32767 units), that one vpmaddwd also multiplies by the step, and the
+ * float epilogue loses a multiply a row, block and tile (2 * 30480 * 32767 stays within int32).
+ * AVX2 cores issue the multiply-adds, FMAs and multiplies on the same two pipes: the default
+ * model's 4-bit layers took 0.95-0.98x the time on one thread (benchmarks/kernel_ab.py, AVX2 code
+ * on a Zen 4). A step is then exact to half a unit: a weight moves by at most 15 / 65534 of its
+ * output's largest step, 1/2185 of the 4-bit rounding of that output's coarsest block. */
+#define FIXED_STEPS (!VNNI)
+
+/* A block's integer dots for rows [0, R), eight outputs in each row's 8 int32 lanes (with VNNI) or
+ * 16 int16 ones, two an output (without: the caller widens them, times the step). Levels 0..15
  * are vpmaddubsw's unsigned operand; a pair of products is at most 2 * 15 * 127, so the 8 steps
- * add up in int16 (30480 at most) and widen once. */
+ * add up in int16 (30480 at most). */
 static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, const uint8_t *xb, int64_t R,
                                                              __m256i *dots) {
     for (int64_t r = 0; r < R; r++) dots[r] = _mm256_setzero_si256();
@@ -229,7 +241,6 @@ static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, 
             __asm__("" : "+x"(dots[r]));
         }
     }
-    for (int64_t r = 0; r < R; r++) dots[r] = _mm256_madd_epi16(dots[r], _mm256_set1_epi16(1));
 #endif
 }
 
@@ -259,10 +270,10 @@ static inline __attribute__((always_inline)) void block_dots16(const uint8_t *wb
  * row's accumulators live in registers: per block, dot * weight step * x step + offset * x's
  * block sum. */
 static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, const float *steps,
-                                                            const float *offsets, const uint8_t *xq, const float *xd,
-                                                            const float *xsum, const float *bias, float *out,
-                                                            int64_t R, int64_t bits, int64_t nb, int64_t OUT,
-                                                            const uint8_t *ahead) {
+                                                            const float *offsets, const float *step_unit,
+                                                            const uint8_t *xq, const float *xd, const float *xsum,
+                                                            const float *bias, float *out, int64_t R, int64_t bits,
+                                                            int64_t nb, int64_t OUT, const uint8_t *ahead) {
     __m256 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -272,7 +283,19 @@ static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, c
             block_dots16(wt + b * 256, xq + b * 64 * R, R, dots);
         else
             block_dots(wt + b * 256, xq + b * 32 * R, R, dots);
-        const __m256 step = _mm256_loadu_ps(steps + b * 8), offset = _mm256_loadu_ps(offsets + b * 8);
+        const __m256 offset = _mm256_loadu_ps(offsets + b * 8);
+#if FIXED_STEPS
+        if (bits == 4) { /* sums in units of the output's steps; see FIXED_STEPS */
+            const __m256i step16 = _mm256_loadu_si256((const __m256i *)(steps + b * 8));
+            for (int64_t r = 0; r < R; r++) {
+                const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(dots[r], step16));
+                acc[r] = _mm256_fmadd_ps(sums, _mm256_set1_ps(xd[b * R + r]), acc[r]);
+                acc[r] = _mm256_fmadd_ps(offset, _mm256_set1_ps(xsum[b * R + r]), acc[r]);
+            }
+            continue;
+        }
+#endif
+        const __m256 step = _mm256_loadu_ps(steps + b * 8);
         for (int64_t r = 0; r < R; r++) {
             const __m256 sums = _mm256_cvtepi32_ps(dots[r]);
             acc[r] = _mm256_fmadd_ps(sums, _mm256_mul_ps(step, _mm256_set1_ps(xd[b * R + r])), acc[r]);
@@ -280,11 +303,12 @@ static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, c
         }
     }
     const __m256 add = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
-    for (int64_t r = 0; r < R; r++) _mm256_storeu_ps(out + r * OUT, _mm256_add_ps(acc[r], add));
+    const __m256 unit = step_unit ? _mm256_loadu_ps(step_unit) : _mm256_set1_ps(1.0f);
+    for (int64_t r = 0; r < R; r++) _mm256_storeu_ps(out + r * OUT, _mm256_fmadd_ps(acc[r], unit, add));
 }
 #endif
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && VNNI
 #define WIDE_512 1
 /* AVX-512 with VNNI (Cascade Lake, Ice Lake and later Xeons; Zen 4): two neighbouring tiles (16
  * outputs, contiguous in `out`) in one 512-bit register, tile `a`'s outputs in the low half, so
@@ -332,10 +356,10 @@ static inline __attribute__((always_inline)) void block_dots_wide(const uint8_t 
 /* gemm_tile for tiles a and b = a + 1 (nb * 256 bytes of levels and nb * 8 steps apart). The same
  * shape as gemm_tile in registers twice as wide. */
 static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *wt, const float *steps,
-                                                                 const float *offsets, const uint8_t *xq,
-                                                                 const float *xd, const float *xsum, const float *bias,
-                                                                 float *out, int64_t R, int64_t bits, int64_t nb,
-                                                                 int64_t OUT, const uint8_t *ahead) {
+                                                                 const float *offsets, const float *step_unit,
+                                                                 const uint8_t *xq, const float *xd, const float *xsum,
+                                                                 const float *bias, float *out, int64_t R, int64_t bits,
+                                                                 int64_t nb, int64_t OUT, const uint8_t *ahead) {
     const int64_t next = nb * 256, next_steps = nb * 8;
     __m512 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
@@ -351,6 +375,7 @@ static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *
             acc[r] = _mm512_fmadd_ps(offset, _mm512_set1_ps(xsum[b * R + r]), acc[r]);
         }
     }
+    (void)step_unit; /* float steps: VNNI's sums are int32 already */
     const __m512 add = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
     for (int64_t r = 0; r < R; r++) _mm512_storeu_ps(out + r * OUT, _mm512_add_ps(acc[r], add));
 }
@@ -395,10 +420,7 @@ static inline __attribute__((always_inline)) void block_dots_pair(const uint8_t 
                 pair_step(dots + 2 * r, la, lb, _mm256_set1_epi32(x4), 4);
             }
         }
-#if !VNNI
-        for (int64_t r = 0; r < 2 * R; r++) dots[r] = _mm256_madd_epi16(dots[r], _mm256_set1_epi16(1));
-#endif
-        return;
+        return; /* without VNNI, int16 sums: the caller widens them (FIXED_STEPS) */
     }
 #pragma GCC unroll 16
     for (int step = 0; step < 16; step++) {
@@ -414,10 +436,10 @@ static inline __attribute__((always_inline)) void block_dots_pair(const uint8_t 
 
 /* gemm_tile for tiles a and b = a + 1 (nb * 256 bytes of levels and nb * 8 steps apart). */
 static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *wt, const float *steps,
-                                                                 const float *offsets, const uint8_t *xq,
-                                                                 const float *xd, const float *xsum, const float *bias,
-                                                                 float *out, int64_t R, int64_t bits, int64_t nb,
-                                                                 int64_t OUT, const uint8_t *ahead) {
+                                                                 const float *offsets, const float *step_unit,
+                                                                 const uint8_t *xq, const float *xd, const float *xsum,
+                                                                 const float *bias, float *out, int64_t R, int64_t bits,
+                                                                 int64_t nb, int64_t OUT, const uint8_t *ahead) {
     const int64_t next = nb * 256, next_steps = nb * 8;
     __m256 acc[2 * TILE_ROWS];
     for (int64_t r = 0; r < 2 * R; r++) acc[r] = _mm256_setzero_ps();
@@ -428,6 +450,21 @@ static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *
         const __m256 step_a = _mm256_loadu_ps(steps + b * 8), step_b = _mm256_loadu_ps(steps + next_steps + b * 8);
         const __m256 offset_a = _mm256_loadu_ps(offsets + b * 8);
         const __m256 offset_b = _mm256_loadu_ps(offsets + next_steps + b * 8);
+#if FIXED_STEPS
+        if (bits == 4) { /* as gemm_tile's */
+            const __m256i step16_a = _mm256_loadu_si256((const __m256i *)(steps + b * 8));
+            const __m256i step16_b = _mm256_loadu_si256((const __m256i *)(steps + next_steps + b * 8));
+            for (int64_t r = 0; r < R; r++) {
+                const __m256 x_step = _mm256_set1_ps(xd[b * R + r]), x_sum = _mm256_set1_ps(xsum[b * R + r]);
+                __m256 a = acc[2 * r], c = acc[2 * r + 1];
+                a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(dots[2 * r], step16_a)), x_step, a);
+                c = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(dots[2 * r + 1], step16_b)), x_step, c);
+                acc[2 * r] = _mm256_fmadd_ps(offset_a, x_sum, a);
+                acc[2 * r + 1] = _mm256_fmadd_ps(offset_b, x_sum, c);
+            }
+            continue;
+        }
+#endif
         for (int64_t r = 0; r < R; r++) {
             const __m256 x_step = _mm256_set1_ps(xd[b * R + r]), x_sum = _mm256_set1_ps(xsum[b * R + r]);
             __m256 a = acc[2 * r], c = acc[2 * r + 1];
@@ -439,20 +476,25 @@ static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *
     }
     const __m256 add_a = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
     const __m256 add_b = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+    const __m256 unit_a = step_unit ? _mm256_loadu_ps(step_unit) : _mm256_set1_ps(1.0f);
+    const __m256 unit_b = step_unit ? _mm256_loadu_ps(step_unit + 8) : _mm256_set1_ps(1.0f);
     for (int64_t r = 0; r < R; r++) {
-        _mm256_storeu_ps(out + r * OUT, _mm256_add_ps(acc[2 * r], add_a));
-        _mm256_storeu_ps(out + r * OUT + 8, _mm256_add_ps(acc[2 * r + 1], add_b));
+        _mm256_storeu_ps(out + r * OUT, _mm256_fmadd_ps(acc[2 * r], unit_a, add_a));
+        _mm256_storeu_ps(out + r * OUT + 8, _mm256_fmadd_ps(acc[2 * r + 1], unit_b, add_b));
     }
 }
 #else
 #define WIDE_TILES 0
 #endif
+#ifndef FIXED_STEPS
+#define FIXED_STEPS 0
+#endif
 
 /* The portable form of gemm_tile, one output at a time, for builds without AVX2 (tenor does not
  * choose the kernel there: this is slower than torch's GEMMs). */
-static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float *offsets, const uint8_t *xq,
-                             const float *xd, const float *xsum, const float *bias, float *out, int64_t R,
-                             int64_t bits, int64_t nb, int64_t OUT) {
+static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float *offsets, const float *step_unit,
+                             const uint8_t *xq, const float *xd, const float *xsum, const float *bias, float *out,
+                             int64_t R, int64_t bits, int64_t nb, int64_t OUT) {
     for (int64_t r = 0; r < R; r++)
         for (int o = 0; o < 8; o++) {
             float acc = 0.0f;
@@ -469,9 +511,10 @@ static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float 
                         for (int i = 0; i < 4; i++)
                             dot += wt[b * 256 + 32 * step + 4 * o + i] * xt[4 * (R * step + r) + i];
                 }
-                acc += (float)dot * (steps[b * 8 + o] * xd[b * R + r]) + offsets[b * 8 + o] * xsum[b * R + r];
+                const float step = step_unit ? (float)((const int16_t *)steps)[b * 16 + 2 * o] : steps[b * 8 + o];
+                acc += (float)dot * (step * xd[b * R + r]) + offsets[b * 8 + o] * xsum[b * R + r];
             }
-            out[r * OUT + o] = acc + (bias ? bias[o] : 0.0f);
+            out[r * OUT + o] = acc * (step_unit ? step_unit[o] : 1.0f) + (bias ? bias[o] : 0.0f);
         }
 }
 
@@ -480,11 +523,11 @@ static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float 
 #if WIDE_TILES
 #define TILE_CALL(rows, b)                                                                             \
     if (pair)                                                                                          \
-        gemm_tile_wide(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT, ahead);          \
+        gemm_tile_wide(wt, steps, offsets, step_unit, xq, xd, xsum, bias, out, rows, b, nb, OUT, ahead);   \
     else                                                                                               \
-        gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT, ahead)
+        gemm_tile(wt, steps, offsets, step_unit, xq, xd, xsum, bias, out, rows, b, nb, OUT, ahead)
 #else
-#define TILE_CALL(rows, b) gemm_tile(wt, steps, offsets, xq, xd, xsum, bias, out, rows, b, nb, OUT, ahead)
+#define TILE_CALL(rows, b) gemm_tile(wt, steps, offsets, step_unit, xq, xd, xsum, bias, out, rows, b, nb, OUT, ahead)
 #endif
 #define GEMM_ROWS(rows)                                                                                \
     case rows:                                                                                         \
@@ -496,7 +539,7 @@ static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float 
         return;
 
 /* gemm_tile (or, for `pair`, gemm_tile_wide) with R and bits constants (each its own compiled loop). */
-static void gemm_rows(const uint8_t *wt, const float *steps, const float *offsets, const uint8_t *xq,
+static void gemm_rows(const uint8_t *wt, const float *steps, const float *offsets, const float *step_unit, const uint8_t *xq,
                       const float *xd, const float *xsum, const float *bias, float *out, int64_t R, int64_t bits,
                       int64_t nb, int64_t OUT, int pair, const uint8_t *ahead) {
 #ifdef __AVX2__
@@ -518,7 +561,7 @@ static void gemm_rows(const uint8_t *wt, const float *steps, const float *offset
     }
 #endif
     (void)pair, (void)ahead; /* the portable build has no wide tiles and fetches nothing ahead */
-    gemm_tile_scalar(wt, steps, offsets, xq, xd, xsum, bias, out, R, bits, nb, OUT);
+    gemm_tile_scalar(wt, steps, offsets, step_unit, xq, xd, xsum, bias, out, R, bits, nb, OUT);
 }
 
 /* The width in bits of this build's vector path: 512 (AVX-512 with VNNI), 256 (AVX2), or 0 (the
@@ -533,6 +576,10 @@ int64_t tenor_int8_gemm_simd(void) {
 #endif
 }
 
+/* Whether this build reads 4-bit weights' steps as 16-bit fixed point (FIXED_STEPS: AVX2 without
+ * VNNI), as int8_gemm_pack(fixed_steps=True) lays them out; else float steps. */
+int64_t tenor_int8_gemm_fixed_steps(void) { return FIXED_STEPS; }
+
 /* Output unit u (a pair of tiles, or a last odd tile alone) for all R rows, a row tile at a time:
  * tenor_int8_gemm_f32's loop body. */
 static inline __attribute__((always_inline)) void gemm_unit(const uint8_t *w, int64_t bits, const float *steps,
@@ -544,12 +591,14 @@ static inline __attribute__((always_inline)) void gemm_unit(const uint8_t *w, in
     const int64_t t = u * per_unit, pair = per_unit == 2 && t + 1 < tiles;
     const uint8_t *wt = w + t * nb * 256;
     const float *st = steps + t * nb * 8, *ot = offsets + t * nb * 8, *bt = bias ? bias + 8 * t : NULL;
+    /* fixed steps: each output's unit follows all tiles' steps (int8_gemm_pack) */
+    const float *step_unit = FIXED_STEPS && bits == 4 ? steps + tiles * nb * 8 + 8 * t : NULL;
     for (int64_t k = 0, r = 0; r < R; k++, r += TILE_ROWS) {
         const int64_t rows = R - r < TILE_ROWS ? R - r : TILE_ROWS;
         /* row tile 0 fetches the next unit, row tile 1 the levels of the one after (at the end of
          * a thread's grab of units, possibly the other thread's: a wasted fetch, nothing worse) */
         const uint8_t *ahead = k < 2 && u + 1 + k < units ? wt + (1 + k) * per_unit * nb * 256 : NULL;
-        gemm_rows(wt, st, ot, xq + r * IN * es, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows, bits,
+        gemm_rows(wt, st, ot, step_unit, xq + r * IN * es, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows, bits,
                   nb, OUT, (int)pair, ahead);
     }
 }

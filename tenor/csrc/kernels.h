@@ -92,8 +92,9 @@ void tenor_paged_attention(const float *q, const void *k, const void *v, const f
 
 
 /* int8_gemm.c: out [R, OUT] = x [R, IN] @ W.T (+ bias) for block weights packed by int8_gemm_pack (bits
- * 4 or 8); scratch holds x quantized, at least R * IN * (bits / 4) + 8 * R * (IN / 32) bytes. Called
- * by the fused Llama step for batches past tenor_block_linear_f32's rows. */
+ * 4 or 8; 4-bit steps in fixed point where tenor_int8_gemm_fixed_steps says so); scratch holds x
+ * quantized, at least R * IN * (bits / 4) + 8 * R * (IN / 32) bytes. Called by the fused Llama step
+ * for batches past tenor_block_linear_f32's rows. */
 void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const float *steps, const float *offsets,
                          const float *bias, float *out, uint8_t *scratch, int64_t R, int64_t IN, int64_t OUT,
                          int64_t threads);

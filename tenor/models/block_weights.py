@@ -160,21 +160,28 @@ def nibble_blocks_torch(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tenso
 @dataclasses.dataclass(frozen=True)
 class Int8GemmWeights:
     """A weight in int8_gemm's layout (see tenor/csrc/int8_gemm.c): levels uint8 [OUT / 8, IN / 32,
-    256] (bits 4: 0..15; bits 8: int8's bytes), steps and offsets [OUT / 8, IN / 32, 8]."""
+    256] (bits 4: 0..15; bits 8: int8's bytes), steps and offsets [OUT / 8, IN / 32, 8] float32.
+    With `fixed_steps` (4-bit, for builds without VNNI: tenor_int8_gemm_fixed_steps), `steps` holds
+    each step as int16 in units of its output's largest step / 32767, twice (int16 [OUT / 8, IN / 32,
+    16]), followed by each output's unit (float32 [OUT]), in one byte tensor; offsets in those units."""
 
     levels: torch.Tensor
     bits: int
     steps: torch.Tensor
     offsets: torch.Tensor
+    fixed_steps: bool = False
 
     @property
     def out_features(self) -> int:
         return self.levels.shape[0] * 8
 
 
-def int8_gemm_pack(levels: torch.Tensor, steps: torch.Tensor, offsets: torch.Tensor) -> Int8GemmWeights:
+def int8_gemm_pack(
+    levels: torch.Tensor, steps: torch.Tensor, offsets: torch.Tensor, fixed_steps: bool = False
+) -> Int8GemmWeights:
     """Block weights W ~= level * step + offset (levels [OUT, IN]: uint8 in 0..15, 4-bit, or int8,
-    8-bit; steps, offsets [OUT, IN / 32]; OUT a multiple of 8) in int8_gemm's layout."""
+    8-bit; steps, offsets [OUT, IN / 32]; OUT a multiple of 8) in int8_gemm's layout; 4-bit ones with
+    `fixed_steps` in the form of builds without VNNI (Int8GemmWeights)."""
     out_features, in_features = levels.shape
     if out_features % 8 or in_features % BLOCK:
         raise ValueError(f"int8_gemm needs OUT a multiple of 8 and IN of 32, got {out_features} x {in_features}")
@@ -190,6 +197,22 @@ def int8_gemm_pack(levels: torch.Tensor, steps: torch.Tensor, offsets: torch.Ten
     whole_step = torch.int32 if inputs == 4 else torch.int16
     steps_of = levels.contiguous().view(torch.uint8).view(whole_step).reshape(tiles, 8, blocks, 32 // inputs)
     grouped = steps_of.permute(0, 2, 3, 1).contiguous().view(torch.uint8)
-    by_tile = [t.reshape(tiles, 8, blocks).transpose(1, 2).contiguous().float() for t in (steps, offsets)]
-    steps, offsets = (hugepages.keep(t) for t in by_tile)
-    return Int8GemmWeights(hugepages.keep(grouped.reshape(tiles, blocks, 256)), bits, steps, offsets)
+    fixed = fixed_steps and bits == 4
+    if fixed:
+        steps, offsets, units = _fixed_point_steps(steps.float(), offsets.float())
+    by_tile = [t.reshape(tiles, 8, blocks).transpose(1, 2).contiguous() for t in (steps, offsets)]
+    if fixed:  # each int16 step twice: vpmaddwd takes one per int16 sum, an output has two
+        pairs = by_tile[0].unsqueeze(-1).expand(tiles, blocks, 8, 2).reshape(-1)
+        by_tile[0] = torch.cat([pairs.view(torch.uint8), units.contiguous().view(torch.uint8)])
+    steps, offsets = (hugepages.keep(t if fixed else t.float()) for t in by_tile)
+    return Int8GemmWeights(hugepages.keep(grouped.reshape(tiles, blocks, 256)), bits, steps, offsets, fixed)
+
+
+def _fixed_point_steps(steps: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Steps [OUT, IN / 32] as int16 in units of each output's largest step / 32767 (rounded: half a
+    unit off at most), offsets in the same units, and the units [OUT] (1 for an output whose steps
+    are all zero)."""
+    largest = steps.abs().amax(dim=1)
+    units = torch.where(largest > 0, largest / 32767.0, torch.ones_like(largest))
+    fixed = torch.round(steps / units[:, None]).clamp(-32767, 32767).to(torch.int16)
+    return fixed, offsets / units[:, None], units

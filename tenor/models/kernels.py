@@ -239,7 +239,8 @@ class Int8BlockKernel(DecodeKernel):
             floats = weight.dequantize() if isinstance(weight, Blocks) else weight
             batched: LinearKernel = batched_kernel(floats, bias)
         elif nibbles is not None and int8_activations:  # levels 0..15 against int8 x
-            batched = Int8GemmKernel(block_weights.int8_gemm_pack(nibbles.levels, steps, offsets), bias)
+            packed = block_weights.int8_gemm_pack(nibbles.levels, steps, offsets, native.int8_gemm_fixed_steps())
+            batched = Int8GemmKernel(packed, bias)
         elif nibbles is not None:  # the same weights as int8 levels (level - 8) against int16 x
             signed = nibbles.levels.to(torch.int8) - 8
             batched = Int8GemmKernel(block_weights.int8_gemm_pack(signed, steps, offsets + 8.0 * steps), bias)

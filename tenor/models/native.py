@@ -110,6 +110,7 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tenor_llama_layers_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 7 + [_I64] * 12 + [_F32, _I64]
     lib.tenor_int8_gemm_f32.argtypes = [_PTR] * 2 + [_I64] + [_PTR] * 5 + [_I64] * 4
     lib.tenor_int8_gemm_simd.argtypes, lib.tenor_int8_gemm_simd.restype = [], _I64
+    lib.tenor_int8_gemm_fixed_steps.argtypes, lib.tenor_int8_gemm_fixed_steps.restype = [], _I64
     lib.tenor_quantize_u8_blocks.argtypes = [_PTR, _I64, _PTR, _PTR, _PTR, _I64]
     lib.tenor_nibble_levels.argtypes, lib.tenor_nibble_levels.restype = [_PTR, _I64, _PTR, _PTR, _I64], _I64
     for fn in (
@@ -333,9 +334,17 @@ def int8_gemm_width() -> int:
     return int(_built().tenor_int8_gemm_simd()) if available() else 0
 
 
+def int8_gemm_fixed_steps() -> bool:
+    """Whether the built library reads 4-bit weights' steps in 16-bit fixed point (AVX2 without VNNI):
+    int8_gemm_pack(fixed_steps=...) must lay them out as it reads them."""
+    return bool(_built().tenor_int8_gemm_fixed_steps()) if available() else False
+
+
 def int8_gemm(x: torch.Tensor, weights: Int8GemmWeights, bias: torch.Tensor | None) -> torch.Tensor:
     """x [R, IN] float32 contiguous -> x @ W.T (+ bias) [R, OUT], x quantized per block of 32 inside
     the kernel: to int8 for 4-bit weights, to int16 for 8-bit ones."""
+    if weights.bits == 4 and weights.fixed_steps != int8_gemm_fixed_steps():
+        raise ValueError(f"4-bit weights packed with fixed_steps={weights.fixed_steps}: not the form this build reads")
     rows, in_features = x.shape
     out = torch.empty(rows, weights.out_features)
     x_bytes = rows * in_features * weights.bits // 4

@@ -104,6 +104,42 @@ def test_pack_puts_four_inputs_of_eight_outputs_in_each_step():
         block_weights.int8_gemm_pack(levels * 2, steps, offsets)
 
 
+def fixed_steps_of(packed: block_weights.Int8GemmWeights) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A fixed-steps pack's steps as int16 [OUT / 8, IN / 32, 16], its units [OUT / 8, 8] and its
+    steps back in float32 [OUT, IN / 32] (step * unit)."""
+    tiles, blocks = packed.levels.shape[:2]
+    split = tiles * blocks * 32
+    fixed = packed.steps[:split].view(torch.int16).view(tiles, blocks, 16)
+    units = packed.steps[split:].view(torch.float32).view(tiles, 8)
+    floats = fixed[..., ::2].float() * units[:, None, :]
+    return fixed, units, floats.transpose(1, 2).reshape(tiles * 8, blocks)
+
+
+def test_fixed_steps_hold_each_step_to_half_a_unit_of_its_outputs_largest():
+    """Builds without VNNI read 4-bit weights' steps as int16: each output's largest step is 32767
+    units, every step (either sign) within half a unit, the offsets in the same units."""
+    gen = torch.Generator().manual_seed(5)
+    levels = torch.randint(0, 16, (16, 96), generator=gen, dtype=torch.uint8)
+    steps = torch.rand(16, 3, generator=gen) * 0.01
+    steps[3, 1] *= -1.0  # Q4_0's steps may be negative
+    steps[4, 0] = 1e-6  # a block far finer than its output's largest
+    steps[9] = 0.0  # an output of zeros
+    offsets = torch.randn(16, 3, generator=gen) * 0.05
+    packed = block_weights.int8_gemm_pack(levels, steps, offsets, fixed_steps=True)
+    assert packed.fixed_steps and packed.steps.dtype == torch.uint8
+    fixed, units, floats = fixed_steps_of(packed)
+    assert torch.equal(fixed[..., ::2], fixed[..., 1::2])  # each output's step twice
+    largest = steps.abs().amax(dim=1)
+    assert torch.allclose(units.reshape(16), torch.where(largest > 0, largest / 32767, torch.ones(16)))
+    assert int(fixed.abs().max()) == 32767 and fixed[1, :, 2:4].eq(0).all()  # output 9: tile 1, output 1
+    assert ((floats - steps).abs() <= 0.5 * units.reshape(16, 1) * (1 + 1e-6)).all()
+    in_units = packed.offsets.transpose(1, 2).reshape(16, 3) * units.reshape(16, 1)
+    assert torch.allclose(in_units, offsets, rtol=1e-6, atol=0)
+    # 8-bit levels keep float steps: their int32 dots take no 16-bit multiplier
+    eight = block_weights.int8_gemm_pack(levels.to(torch.int8) - 8, steps, offsets, fixed_steps=True)
+    assert not eight.fixed_steps and eight.steps.dtype == torch.float32
+
+
 def nibbles_of(weight: torch.Tensor) -> block_weights.NibbleBlocks:
     """`weight`'s GGUF Q4_1 blocks, as load_gguf(keep_blocks=True) gives them."""
     nibbles = block_weights.nibble_blocks_torch(*block_weights.quantize_u8_blocks_torch(weight))

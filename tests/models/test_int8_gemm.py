@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from tenor import hardware
 from tenor.models import block_weights, kernels, native
 from tenor.models.kernels import Int8BlockKernel, Int8GemmKernel, int8_gemm_applies
-from tests.models.test_block_weights import nibbles_of, q4_1_weight, q8_0_blocks
+from tests.models.test_block_weights import fixed_steps_of, nibbles_of, q4_1_weight, q8_0_blocks
 
 needs_simd = pytest.mark.skipif(
     not native.int8_gemm_simd(), reason="tenor's kernels not built, or built without AVX2 (int8_gemm's vector path)"
@@ -36,6 +36,11 @@ def q8_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     q, scales, mins = block_weights.quantize_u8_blocks(weight)
     levels, offsets = block_weights.signed_blocks(q, scales, mins)
     return levels, scales, offsets
+
+
+def packed_steps(packed: block_weights.Int8GemmWeights, steps: torch.Tensor) -> torch.Tensor:
+    """The steps [OUT, IN / 32] a pack multiplies by: `steps` themselves, or fixed steps' values."""
+    return fixed_steps_of(packed)[2] if packed.fixed_steps else steps
 
 
 def integer_reference(x, levels, steps, offsets, bias):
@@ -65,13 +70,13 @@ def test_int8_gemm_matches_its_integer_reference_and_the_float_product(rows, bit
     weight = q4_1_weight(24, 96, seed=rows) if bits == 4 else torch.randn(24, 96, generator=gen) * 0.05
     bias = torch.randn(24, generator=gen) if with_bias else None
     levels, steps, offsets = q4_levels(weight) if bits == 4 else q8_levels(weight)
-    packed = block_weights.int8_gemm_pack(levels, steps, offsets)
-    assert packed.bits == bits
-    assert packed.levels.shape == (3, 3, 256) and packed.steps.shape == packed.offsets.shape == (3, 3, 8)
+    packed = block_weights.int8_gemm_pack(levels, steps, offsets, native.int8_gemm_fixed_steps())
+    assert packed.bits == bits and packed.levels.shape == (3, 3, 256) and packed.offsets.shape == (3, 3, 8)
+    assert packed.fixed_steps or packed.steps.shape == (3, 3, 8)
     x = torch.randn(rows, 96, generator=gen)
     x[0, :32] *= 50.0  # one block far larger than the rest: steps are per block, not per row
     got = native.int8_gemm(x, packed, bias)
-    expected = integer_reference(x, levels, steps, offsets, bias)
+    expected = integer_reference(x, levels, packed_steps(packed, steps), offsets, bias)
     assert got.shape == (rows, 24)
     if bits == 4:
         assert torch.allclose(got, expected, rtol=1e-5, atol=1e-4)
@@ -79,7 +84,8 @@ def test_int8_gemm_matches_its_integer_reference_and_the_float_product(rows, bit
         blocks = x.view(rows, 3, 32)
         step = blocks.abs().amax(dim=-1, keepdim=True) / 127.0
         x_quantized = (torch.round(blocks / step) * step).view(rows, 96)
-        assert torch.allclose(got, F.linear(x_quantized, weight, bias), atol=1e-4)
+        as_packed = block_weights.block_values(levels, packed_steps(packed, steps), offsets)
+        assert torch.allclose(got, F.linear(x_quantized, as_packed, bias), atol=1e-4)
     else:  # int16 x's dots reach 2^27, past float32's 24-bit mantissa: float32 rounding of the largest
         assert (got - expected).abs().max() <= 3e-5 * expected.abs().max()
     float_product = F.linear(x, weight, bias)  # what quantizing x costs: half a step of x a weight
@@ -100,7 +106,9 @@ def test_block_weights_take_the_integer_gemm_for_big_batches_on_avx2_only_cpus(m
     # int8 x against the 4-bit levels only when asked (--quantize int8a8); by default int16 x
     # against them shifted to int8 levels, as exact as float weights
     assert kernel.batched.weights.bits == (4 if int8_activations else 8)
-    assert kernel.nbytes() == 48 * 64 // 2 + 48 * 64 + 4 * (4 * 48 * 2) + 2 * 4 * 48  # nibbles, bytes, steps, biases
+    units = 4 * 48 if kernel.batched.weights.fixed_steps else 0  # each output's unit, after fixed steps
+    # nibbles, bytes, steps and offsets, biases
+    assert kernel.nbytes() == 48 * 64 // 2 + 48 * 64 + 4 * (4 * 48 * 2) + 2 * 4 * 48 + units
     x = torch.randn(2, 20, 64)
     out = kernel(x)
     assert out.shape == (2, 20, 48)
@@ -178,13 +186,15 @@ def test_every_build_of_the_int8_gemm_matches_the_integer_reference(tmp_path, na
     lib = ctypes.CDLL(str(library))
     lib.tenor_int8_gemm_f32.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] + [ctypes.c_void_p] * 5
     lib.tenor_int8_gemm_f32.argtypes += [ctypes.c_int64] * 4
-    lib.tenor_int8_gemm_simd.restype = ctypes.c_int64
+    lib.tenor_int8_gemm_simd.restype = lib.tenor_int8_gemm_fixed_steps.restype = ctypes.c_int64
     assert lib.tenor_int8_gemm_simd() == {"portable": 0, "avx512-vnni": 512}.get(name, 256)
+    fixed_steps = bool(lib.tenor_int8_gemm_fixed_steps())
+    assert fixed_steps is (name == "avx2")  # vpmaddwd widens int16 sums only without VNNI
     gen = torch.Generator().manual_seed(3)
     for bits in (4, 8):
         weight = q4_1_weight(40, 64, seed=3) if bits == 4 else torch.randn(40, 64, generator=gen) * 0.05
         levels, steps, offsets = q4_levels(weight) if bits == 4 else q8_levels(weight)
-        packed = block_weights.int8_gemm_pack(levels, steps, offsets)  # 5 tiles: two pairs and one alone
+        packed = block_weights.int8_gemm_pack(levels, steps, offsets, fixed_steps)  # 5 tiles: two pairs, one alone
         bias = torch.randn(40, generator=gen)
         for rows in (3, 13, 60):
             x = torch.randn(rows, 64, generator=gen)
@@ -194,8 +204,11 @@ def test_every_build_of_the_int8_gemm_matches_the_integer_reference(tmp_path, na
                 x.data_ptr(), packed.levels.data_ptr(), bits, packed.steps.data_ptr(), packed.offsets.data_ptr(),
                 bias.data_ptr(), out.data_ptr(), scratch.data_ptr(), rows, 64, 40, 2,
             )  # fmt: skip
-            expected = integer_reference(x, levels, steps, offsets, bias)
+            expected = integer_reference(x, levels, packed_steps(packed, steps), offsets, bias)
             assert (out - expected).abs().max() <= 3e-5 * expected.abs().max(), (bits, rows)
+            # fixed steps cost a fraction of the 4-bit levels' own rounding
+            float_steps = integer_reference(x, levels, steps, offsets, bias)
+            assert (out - float_steps).abs().max() <= 1e-3 * float_steps.abs().max(), (bits, rows)
 
 
 @needs_simd
