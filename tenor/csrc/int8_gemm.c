@@ -266,6 +266,22 @@ static inline __attribute__((always_inline)) void block_dots16(const uint8_t *wb
     }
 }
 
+/* acc + a block's dots times its steps (`steps`: the tile's eight, for that block) and x's step:
+ * int16 sums widened by their fixed-point steps where the build reads them so (FIXED_STEPS, bits 4;
+ * acc is then in the outputs' units), else int32 sums times the float steps. Inlined with `bits` a
+ * constant, one of the two forms is left, its step loads out of the row loop. */
+static inline __attribute__((always_inline)) __m256 scaled_add(__m256i dots, const float *steps, __m256 x_step,
+                                                               int64_t bits, __m256 acc) {
+    (void)bits; /* VNNI builds read float steps for both widths */
+#if FIXED_STEPS
+    if (bits == 4) {
+        const __m256i step16 = _mm256_loadu_si256((const __m256i *)steps);
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(dots, step16)), x_step, acc);
+    }
+#endif
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_mul_ps(_mm256_loadu_ps(steps), x_step), acc);
+}
+
 /* out rows [0, R) x the eight outputs of one tile, R a constant at each call site so that every
  * row's accumulators live in registers: per block, dot * weight step * x step + offset * x's
  * block sum. */
@@ -284,21 +300,8 @@ static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, c
         else
             block_dots(wt + b * 256, xq + b * 32 * R, R, dots);
         const __m256 offset = _mm256_loadu_ps(offsets + b * 8);
-#if FIXED_STEPS
-        if (bits == 4) { /* sums in units of the output's steps; see FIXED_STEPS */
-            const __m256i step16 = _mm256_loadu_si256((const __m256i *)(steps + b * 8));
-            for (int64_t r = 0; r < R; r++) {
-                const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(dots[r], step16));
-                acc[r] = _mm256_fmadd_ps(sums, _mm256_set1_ps(xd[b * R + r]), acc[r]);
-                acc[r] = _mm256_fmadd_ps(offset, _mm256_set1_ps(xsum[b * R + r]), acc[r]);
-            }
-            continue;
-        }
-#endif
-        const __m256 step = _mm256_loadu_ps(steps + b * 8);
         for (int64_t r = 0; r < R; r++) {
-            const __m256 sums = _mm256_cvtepi32_ps(dots[r]);
-            acc[r] = _mm256_fmadd_ps(sums, _mm256_mul_ps(step, _mm256_set1_ps(xd[b * R + r])), acc[r]);
+            acc[r] = scaled_add(dots[r], steps + b * 8, _mm256_set1_ps(xd[b * R + r]), bits, acc[r]);
             acc[r] = _mm256_fmadd_ps(offset, _mm256_set1_ps(xsum[b * R + r]), acc[r]);
         }
     }
@@ -447,29 +450,12 @@ static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *
         if (ahead) fetch_ahead(ahead, steps, offsets, b, nb, 2);
         __m256i dots[2 * TILE_ROWS];
         block_dots_pair(wt + b * 256, wt + next + b * 256, xq + b * (bits == 8 ? 64 : 32) * R, R, bits, dots);
-        const __m256 step_a = _mm256_loadu_ps(steps + b * 8), step_b = _mm256_loadu_ps(steps + next_steps + b * 8);
         const __m256 offset_a = _mm256_loadu_ps(offsets + b * 8);
         const __m256 offset_b = _mm256_loadu_ps(offsets + next_steps + b * 8);
-#if FIXED_STEPS
-        if (bits == 4) { /* as gemm_tile's */
-            const __m256i step16_a = _mm256_loadu_si256((const __m256i *)(steps + b * 8));
-            const __m256i step16_b = _mm256_loadu_si256((const __m256i *)(steps + next_steps + b * 8));
-            for (int64_t r = 0; r < R; r++) {
-                const __m256 x_step = _mm256_set1_ps(xd[b * R + r]), x_sum = _mm256_set1_ps(xsum[b * R + r]);
-                __m256 a = acc[2 * r], c = acc[2 * r + 1];
-                a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(dots[2 * r], step16_a)), x_step, a);
-                c = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(dots[2 * r + 1], step16_b)), x_step, c);
-                acc[2 * r] = _mm256_fmadd_ps(offset_a, x_sum, a);
-                acc[2 * r + 1] = _mm256_fmadd_ps(offset_b, x_sum, c);
-            }
-            continue;
-        }
-#endif
         for (int64_t r = 0; r < R; r++) {
             const __m256 x_step = _mm256_set1_ps(xd[b * R + r]), x_sum = _mm256_set1_ps(xsum[b * R + r]);
-            __m256 a = acc[2 * r], c = acc[2 * r + 1];
-            a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[2 * r]), _mm256_mul_ps(step_a, x_step), a);
-            c = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[2 * r + 1]), _mm256_mul_ps(step_b, x_step), c);
+            const __m256 a = scaled_add(dots[2 * r], steps + b * 8, x_step, bits, acc[2 * r]);
+            const __m256 c = scaled_add(dots[2 * r + 1], steps + next_steps + b * 8, x_step, bits, acc[2 * r + 1]);
             acc[2 * r] = _mm256_fmadd_ps(offset_a, x_sum, a);
             acc[2 * r + 1] = _mm256_fmadd_ps(offset_b, x_sum, c);
         }

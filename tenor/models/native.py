@@ -334,6 +334,7 @@ def int8_gemm_width() -> int:
     return int(_built().tenor_int8_gemm_simd()) if available() else 0
 
 
+@functools.cache  # asked on every int8_gemm call; the built library does not change
 def int8_gemm_fixed_steps() -> bool:
     """Whether the built library reads 4-bit weights' steps in 16-bit fixed point (AVX2 without VNNI):
     int8_gemm_pack(fixed_steps=...) must lay them out as it reads them."""
