@@ -115,7 +115,7 @@ def _cache(model, tokens: int, quantized_kv: bool, device: str) -> PagedKVCache:
     c = model.config
     blocks = -(-tokens // BLOCK)
     return PagedKVCache(
-        c.num_layers, blocks, BLOCK, c.num_kv_heads, c.head_dim, model.embed.dtype, quantized_kv, device
+        c.num_layers, blocks, BLOCK, c.num_kv_heads, c.head_dim, model.compute_dtype, quantized_kv, device
     )
 
 

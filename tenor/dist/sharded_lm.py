@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tenor.dist.shard_plan import RankShard
@@ -54,7 +53,7 @@ class ShardedLM(nn.Module):
         m = self.local
         local_ids = input_ids - self.shard.vocab.start
         outside = (local_ids < 0) | (local_ids >= len(self.shard.vocab))
-        x = F.embedding(local_ids.masked_fill(outside, 0), m.embed).masked_fill(outside[:, None], 0.0)
+        x = m.embed_rows(local_ids.masked_fill(outside, 0)).masked_fill(outside[:, None], 0.0)
         x = self._all_reduce(x)
         cos, sin = m.rotary.tables(positions)
         for block in m.layers:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tenor.models.config import ModelConfig
-from tenor.models.decoder import DecoderLM
+from tenor.models.decoder import DecoderLM, lookup_table
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
 from tenor.models.llama import Weight, WeightTaker
 
@@ -73,7 +73,9 @@ class GPTJModel(DecoderLM):
         def param(name: str, shape: tuple[int, ...]) -> nn.Parameter:
             return nn.Parameter(take.float(name, shape).to(dtype), requires_grad=False)
 
-        self.embed = param("embed.weight", (c.vocab_size, c.hidden_size))
+        self.compute_dtype = dtype
+        table = take.float("embed.weight", (c.vocab_size, c.hidden_size))
+        self.embed = nn.Parameter(lookup_table(table, dtype, kept_by_head=False), requires_grad=False)  # head untied
         for i, block in enumerate(self.layers):
             p = f"layers.{i}."
             block.ln_weight, block.ln_bias = param(p + "ln.weight", d), param(p + "ln.bias", d)

@@ -12,7 +12,7 @@ from torch import nn
 from tenor.models import native
 from tenor.models.block_weights import Blocks, ByteBlocks
 from tenor.models.config import ModelConfig
-from tenor.models.decoder import DecoderLM
+from tenor.models.decoder import DecoderLM, lookup_table
 from tenor.models.kernels import DecodeKernel, Int8BlockKernel, Int8GemmKernel
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
 
@@ -197,10 +197,14 @@ class LlamaModel(DecoderLM):
         c = self.config
         self._fused_weights, self._fused_gemm = None, False
         take = WeightTaker(weights, weight_format, device)
+        self.compute_dtype = dtype
         embed = take.embedding("embed.weight", (c.vocab_size, c.hidden_size), dtype)
         self.embed_blocks = embed if isinstance(embed, Blocks) else None
-        floats = torch.empty(0, c.hidden_size) if isinstance(embed, Blocks) else embed.to(dtype)
-        self.embed = nn.Parameter(floats, requires_grad=False)
+        if isinstance(embed, Blocks):
+            table = torch.empty(0, c.hidden_size)
+        else:  # a tied head on float weights keeps the table as its weight
+            table = lookup_table(embed, dtype, kept_by_head=c.tie_word_embeddings and weight_format == "dense")
+        self.embed = nn.Parameter(table, requires_grad=False)
         for i, block in enumerate(self.layers):
             p = f"layers.{i}."
             block.attn_norm = nn.Parameter(
@@ -213,7 +217,7 @@ class LlamaModel(DecoderLM):
                 take.linear(getattr(block, name.split(".")[1]), p + name, dtype)
         self.norm = nn.Parameter(take.float("norm.weight", (c.hidden_size,)).to(dtype), requires_grad=False)
         if c.tie_word_embeddings:
-            tied = self.embed.data if self.embed_blocks is None else self.embed_blocks
+            tied = self.embed.data if self.embed_blocks is None else self.embed_blocks  # 16-bit: kernels widen it
             self.lm_head.load(tied, dtype, weight_format=weight_format)
             head = self.lm_head.kernel
             if isinstance(self.embed_blocks, ByteBlocks) and isinstance(head, Int8BlockKernel):

@@ -7,7 +7,7 @@ from tenor.models.layers import AttentionBatch, PagedKVCache, PrefillSpan
 
 def new_cache(model, max_tokens: int = 256, block_size: int = 16) -> PagedKVCache:
     c = model.config
-    dtype = model.embed.dtype
+    dtype = model.compute_dtype
     return PagedKVCache(c.num_layers, -(-max_tokens // block_size), block_size, c.num_kv_heads, c.head_dim, dtype)
 
 
