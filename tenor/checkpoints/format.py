@@ -26,7 +26,7 @@ from safetensors.torch import save_file
 
 from tenor.checkpoints.layout import check_quantization, check_weights, tensor_specs
 from tenor.errors import CheckpointError
-from tenor.models.block_weights import Blocks
+from tenor.models.block_weights import PackedWeight
 from tenor.models.config import ModelConfig
 
 FORMAT_VERSION = 1
@@ -50,7 +50,7 @@ class LoadedCheckpoint:
     source: str  # the path read, for messages
     kind: str = "tenor"  # "tenor", "hf" or "gguf"
     # Weights kept in a GGUF's Q4_1 or Q8_0 blocks (`load_gguf(keep_blocks=True)`), not in `weights`.
-    blocks: dict[str, Blocks] = field(default_factory=dict)
+    blocks: dict[str, PackedWeight] = field(default_factory=dict)
 
 
 def is_tenor_checkpoint(path: Path) -> bool:

@@ -23,7 +23,7 @@ from tenor.checkpoints.gguf_blocks import dequantize as dequantize_blocks
 from tenor.checkpoints.gguf_file import GGUF_MAGIC, GGUFFile, GGUFTensor, read_gguf
 from tenor.checkpoints.layout import check_weights, float_specs, linear_weight_names, piece_rows
 from tenor.errors import CheckpointError
-from tenor.models.block_weights import Blocks
+from tenor.models.block_weights import Blocks, PackedRows, PackedWeight
 from tenor.models.config import ModelConfig, RopeScaling
 
 _LAYER_NAMES = {  # GGUF block tensor -> (tenor tensor, index of the piece in a fused tensor)
@@ -56,7 +56,8 @@ def load_gguf(path: str | Path, keep_blocks: bool = False) -> LoadedCheckpoint:
     """Read a Llama GGUF; raises CheckpointError naming the file and the problem. With
     `keep_blocks`, the linear weights and the embedding whose pieces are all of gguf_blocks'
     BLOCK_TYPES come as their blocks (the checkpoint's `blocks`), not dequantized, for the
-    integer kernels that read them as they are."""
+    integer kernels that read them as they are; an embedding of another quantized type comes as
+    its rows' bytes (read_rows)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such GGUF file")
@@ -68,7 +69,11 @@ def load_gguf(path: str | Path, keep_blocks: bool = False) -> LoadedCheckpoint:
     if extra:
         raise CheckpointError(f"{path}: unexpected tensor {_gguf_name(extra[0], 0)} for this config")
     names = [*linear_weight_names(config), "embed.weight"] if keep_blocks else []
-    kept = {name: read_blocks(file, config, name, groups.get(name, {})) for name in names}
+    kept: dict[str, PackedWeight | None] = {}
+    for name in names:
+        kept[name] = read_blocks(file, config, name, groups.get(name, {}))
+    if keep_blocks and kept["embed.weight"] is None:
+        kept["embed.weight"] = read_rows(file, config, "embed.weight", groups.get("embed.weight", {}))
     blocks = {name: weight for name, weight in kept.items() if weight is not None}
     weights = {name: read_weight(file, config, name, groups.get(name, {})) for name in specs if name not in blocks}
     shapes = {name: torch.empty(weight.shape, device="meta") for name, weight in blocks.items()}  # no memory
@@ -223,6 +228,28 @@ def read_blocks(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int,
         return None
     tensors, raws = _raw_pieces(file, config, name, parts)
     return as_blocks([(t.tensor_type, raw) for t, raw in zip(tensors, raws)])
+
+
+_FLOAT_TYPES = frozenset(
+    {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16, GGMLQuantizationType.F64}
+)
+
+
+def read_rows(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int, GGUFTensor]) -> PackedRows | None:
+    """An embedding in one piece of a quantized type that read_blocks leaves (Q6_K, the 2- and
+    3-bit and IQ types) as its rows' own bytes, dequantized as they are looked up; None for a
+    float piece. CheckpointError for a type tenor cannot dequantize, as the float path gives."""
+    if len(parts) != 1 or parts[0].tensor_type in _FLOAT_TYPES:
+        return None
+    tensors, raws = _raw_pieces(file, config, name, parts)
+    path, tensor = file.path, tensors[0]
+
+    def decode(raw: np.ndarray) -> np.ndarray:
+        return _dequantize(path, tensor, raw)
+
+    rows = PackedRows(torch.from_numpy(np.array(raws[0])), float_specs(config)[name].shape[1], decode)
+    rows.rows(torch.zeros(1, dtype=torch.long))  # a type without a dequantizer fails here, at load
+    return rows
 
 
 def _raw_pieces(

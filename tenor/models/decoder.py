@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tenor.models.block_weights import Blocks
+from tenor.models.block_weights import PackedWeight
 from tenor.models.config import ModelConfig
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary
 
@@ -28,7 +28,7 @@ def lookup_table(table: torch.Tensor, dtype: torch.dtype, kept_by_head: bool) ->
 class DecoderLM(nn.Module):
     config: ModelConfig
     embed: nn.Parameter  # may be narrower than compute_dtype (`lookup_table`): rows widen as looked up
-    embed_blocks: Blocks | None = None  # the embedding in its GGUF blocks, in place of `embed`
+    embed_blocks: PackedWeight | None = None  # the embedding as its GGUF holds it, in place of `embed`
     compute_dtype: torch.dtype = torch.float32  # the activations' (set by load_weights)
     layers: nn.ModuleList
     lm_head: ParallelLinear

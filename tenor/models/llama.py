@@ -10,14 +10,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from tenor.models import native
-from tenor.models.block_weights import Blocks, ByteBlocks
+from tenor.models.block_weights import Blocks, ByteBlocks, PackedRows, PackedWeight
 from tenor.models.config import ModelConfig
 from tenor.models.decoder import DecoderLM, lookup_table
 from tenor.models.kernels import DecodeKernel, Int8BlockKernel, Int8GemmKernel
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
 
 # A checkpoint's tensor, or a weight kept in a GGUF's blocks (LoadedCheckpoint.blocks).
-Weight = torch.Tensor | Blocks
+Weight = torch.Tensor | PackedWeight
 
 
 class LlamaBlock(nn.Module):
@@ -199,8 +199,8 @@ class LlamaModel(DecoderLM):
         take = WeightTaker(weights, weight_format, device)
         self.compute_dtype = dtype
         embed = take.embedding("embed.weight", (c.vocab_size, c.hidden_size), dtype)
-        self.embed_blocks = embed if isinstance(embed, Blocks) else None
-        if isinstance(embed, Blocks):
+        self.embed_blocks = None if isinstance(embed, torch.Tensor) else embed
+        if not isinstance(embed, torch.Tensor):
             table = torch.empty(0, c.hidden_size)
         else:  # a tied head on float weights keeps the table as its weight
             table = lookup_table(embed, dtype, kept_by_head=c.tie_word_embeddings and weight_format == "dense")
@@ -217,7 +217,11 @@ class LlamaModel(DecoderLM):
                 take.linear(getattr(block, name.split(".")[1]), p + name, dtype)
         self.norm = nn.Parameter(take.float("norm.weight", (c.hidden_size,)).to(dtype), requires_grad=False)
         if c.tie_word_embeddings:
-            tied = self.embed.data if self.embed_blocks is None else self.embed_blocks  # 16-bit: kernels widen it
+            tied: Weight = (
+                self.embed.data if self.embed_blocks is None else self.embed_blocks
+            )  # 16-bit: kernels widen it
+            if isinstance(tied, PackedRows):  # the head's own blocks are made from its values
+                tied = tied.dequantize()
             self.lm_head.load(tied, dtype, weight_format=weight_format)
             head = self.lm_head.kernel
             if isinstance(self.embed_blocks, ByteBlocks) and isinstance(head, Int8BlockKernel):
@@ -258,17 +262,17 @@ class WeightTaker:
 
     def _on_device(self, weight: Weight) -> torch.Tensor:
         # One tensor at a time: a GPU never holds the checkpoint's copy and the served one of every weight.
-        return (weight.dequantize() if isinstance(weight, Blocks) else weight).to(self.device)
+        return (weight if isinstance(weight, torch.Tensor) else weight.dequantize()).to(self.device)
 
     def float(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
         return self.get(name, shape)
 
     def embedding(self, name: str, shape: tuple[int, int], dtype: torch.dtype) -> Weight:
-        """An embedding table: its blocks where it was kept in them and float32 rows are served
-        on the CPU (rows are looked up from the blocks: a quarter of the table's bytes or less),
-        else floats."""
+        """An embedding table: as its checkpoint packed it (blocks or rows' bytes) where float32
+        rows are served on the CPU (rows are looked up from them: a quarter of the table's bytes
+        or less), else floats."""
         weight = self._take(name, shape)
-        if isinstance(weight, Blocks) and self.device == "cpu" and dtype == torch.float32:
+        if not isinstance(weight, torch.Tensor) and self.device == "cpu" and dtype == torch.float32:
             return weight
         return self._on_device(weight)
 

@@ -9,11 +9,12 @@ from gguf import GGMLQuantizationType as Q
 from tenor.checkpoints.gguf import _dequantize_q8_k, load_gguf, rotary_row_order
 from tenor.errors import CheckpointError
 from tenor.models import native
-from tenor.models.block_weights import ByteBlocks, NibbleBlocks
+from tenor.models.block_weights import ByteBlocks, NibbleBlocks, PackedRows
 from tenor.models.model import build_model
 from tenor.registry import SMOLLM2_135M
 from tests.checkpoints.tiny_gguf import LAYER_NAMES, copy_gguf, llama_cpp_permute, write_llama_gguf
 from tests.checkpoints.tiny_hf import assert_matches_hf, llama_pieces, make_llama
+from tests.models.single_sequence import prefill_logits
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +110,52 @@ def test_a_tied_embedding_in_4_bit_blocks_serves_lookups_and_the_lm_head(tmp_pat
     assert torch.equal(rows, from_floats.embed_tokens(ids))
     expected = from_floats.lm_head(rows)  # float32 products; the kernel's x goes to int16 per block
     assert (from_blocks.lm_head(rows) - expected).abs().max() <= 2e-4 * expected.abs().max()
+
+
+def q6_k_rows(rows: int, width: int, seed: int) -> np.ndarray:
+    """Random Q6_K super-blocks (210 bytes a 256 values; the gguf package cannot quantize to
+    them): random levels and scales, a finite float16 step last."""
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, size=(rows, width // 256, 210), dtype=np.uint8)
+    raw[..., 208:] = (rng.standard_normal((rows, width // 256, 1)) * 1e-3).astype(np.float16).view(np.uint8)
+    return raw.reshape(rows, -1)
+
+
+@pytest.fixture(scope="module")
+def q6_k_embedding(tmp_path_factory) -> Path:
+    """A tied llama whose embedding is Q6_K, as llama.cpp's Q4_K_M makes a tied embedding."""
+    root = tmp_path_factory.mktemp("q6k")
+    hf = make_llama(root / "hf", tie=True, rope=None, hidden_size=256)
+    hf = {k: v for k, v in hf.items() if k != "lm_head.weight"}
+    write_llama_gguf(root / "f32.gguf", hf, heads=4, kv_heads=2, ffn=48)
+    replace = {"token_embd.weight": (q6_k_rows(96, 256, seed=3), Q.Q6_K)}
+    copy_gguf(root / "f32.gguf", root / "q6k.gguf", replace=replace)
+    return root / "q6k.gguf"
+
+
+def test_a_q6_k_embedding_is_kept_as_its_rows_bytes(q6_k_embedding):
+    """keep_blocks: a Q6_K embedding (no one step per 32, so no blocks) comes as its rows' own
+    bytes, which dequantize to the float path's table exactly; a model looks its rows up from
+    them (0.82 bytes a value) and its tied LM head is made from their values, so its logits are
+    the float table's bit for bit."""
+    kept, floats = load_gguf(q6_k_embedding, keep_blocks=True), load_gguf(q6_k_embedding)
+    rows = kept.blocks["embed.weight"]
+    assert isinstance(rows, PackedRows) and rows.shape == (96, 256) and rows.raw.numel() == 96 * 210
+    assert torch.equal(rows.dequantize(), floats.weights["embed.weight"])
+    from_rows = build_model(kept.config, {**kept.weights, **kept.blocks}, torch.float32, "int8")
+    from_table = build_model(floats.config, floats.weights, torch.float32, "int8")
+    assert from_rows.embed.numel() == 0 and from_rows.embed_blocks is rows
+    ids = torch.tensor([5, 0, 95, 5])
+    assert torch.equal(from_rows.embed_tokens(ids), floats.weights["embed.weight"][ids])
+    prompt = [1, 17, 40, 93, 2, 60]
+    assert torch.equal(prefill_logits(from_rows, prompt), prefill_logits(from_table, prompt))
+
+
+def test_an_embedding_of_a_type_without_a_dequantizer_fails_at_load(tmp_path, q6_k_embedding):
+    q8_1 = np.zeros((96, 8 * 40), dtype=np.uint8)  # Q8_1: 32 values in 40 bytes, no dequantizer
+    copy_gguf(q6_k_embedding, tmp_path / "q.gguf", replace={"token_embd.weight": (q8_1, Q.Q8_1)})
+    with pytest.raises(CheckpointError, match=r"q\.gguf: tensor token_embd\.weight has GGUF type Q8_1"):
+        load_gguf(tmp_path / "q.gguf", keep_blocks=True)
 
 
 def test_tied_when_output_is_absent(tmp_path, tiny_hf):
