@@ -230,16 +230,12 @@ def read_blocks(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int,
     return as_blocks([(t.tensor_type, raw) for t, raw in zip(tensors, raws)])
 
 
-_FLOAT_TYPES = frozenset(
-    {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16, GGMLQuantizationType.F64}
-)
-
-
 def read_rows(file: GGUFFile, config: ModelConfig, name: str, parts: dict[int, GGUFTensor]) -> PackedRows | None:
-    """An embedding in one piece of a quantized type that read_blocks leaves (Q6_K, the 2- and
-    3-bit and IQ types) as its rows' own bytes, dequantized as they are looked up; None for a
-    float piece. CheckpointError for a type tenor cannot dequantize, as the float path gives."""
-    if len(parts) != 1 or parts[0].tensor_type in _FLOAT_TYPES:
+    """An embedding in one piece of a type that read_blocks leaves (Q6_K, the 2- and 3-bit and IQ
+    types, F16, BF16) as its rows' own bytes, dequantized as they are looked up; None for F32 or
+    F64, whose rows are float32's size or more. CheckpointError for a type tenor cannot
+    dequantize, as the float path gives."""
+    if len(parts) != 1 or parts[0].tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F64):
         return None
     tensors, raws = _raw_pieces(file, config, name, parts)
     path, tensor = file.path, tensors[0]

@@ -129,10 +129,11 @@ Blocks = NibbleBlocks | ByteBlocks
 
 @dataclasses.dataclass(frozen=True)
 class PackedRows:
-    """An embedding table kept in a quantized type the kernels do not read as blocks (GGUF's Q6_K,
-    the type llama.cpp's Q4_K_M gives a tied embedding; the 2- and 3-bit and IQ types): each row's
-    own bytes [V, bytes a row], dequantized as it is looked up (`decode`: rows' bytes -> float32
-    values [N, width]). Q6_K takes 0.82 bytes a value where a float32 table took 4."""
+    """An embedding table kept in a GGUF type the kernels do not read as blocks (Q6_K, the type
+    llama.cpp's Q4_K_M gives a tied embedding; the 2- and 3-bit and IQ types; F16 and BF16): each
+    row's own items [V, items a row] (bytes, or 16-bit floats), dequantized as it is looked up
+    (`decode`: rows' items -> float32 values [N, width]). Q6_K takes 0.82 bytes a value where a
+    float32 table took 4."""
 
     raw: torch.Tensor
     width: int

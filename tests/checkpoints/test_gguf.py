@@ -151,6 +151,22 @@ def test_a_q6_k_embedding_is_kept_as_its_rows_bytes(q6_k_embedding):
     assert torch.equal(prefill_logits(from_rows, prompt), prefill_logits(from_table, prompt))
 
 
+@pytest.mark.parametrize("qtype", [Q.F16, Q.F32])
+def test_a_16_bit_embedding_is_kept_as_its_rows(tmp_path, tiny_hf, qtype):
+    """An F16 embedding's rows stay 16-bit (half float32's bytes), widened exactly as they are
+    looked up; an F32 one is the float table itself."""
+    path = _write(tmp_path / "m.gguf", tiny_hf, qtypes={"token_embd.weight": qtype})
+    kept, floats = load_gguf(path, keep_blocks=True), load_gguf(path)
+    if qtype == Q.F32:
+        assert "embed.weight" not in kept.blocks and "embed.weight" in kept.weights
+        return
+    rows = kept.blocks["embed.weight"]
+    assert isinstance(rows, PackedRows) and rows.raw.dtype == torch.float16
+    assert torch.equal(rows.dequantize(), floats.weights["embed.weight"])
+    ids = torch.tensor([95, 3, 3])
+    assert torch.equal(rows.rows(ids), floats.weights["embed.weight"][ids])
+
+
 def test_an_embedding_of_a_type_without_a_dequantizer_fails_at_load(tmp_path, q6_k_embedding):
     q8_1 = np.zeros((96, 8 * 40), dtype=np.uint8)  # Q8_1: 32 values in 40 bytes, no dequantizer
     copy_gguf(q6_k_embedding, tmp_path / "q.gguf", replace={"token_embd.weight": (q8_1, Q.Q8_1)})
