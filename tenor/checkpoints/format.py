@@ -49,7 +49,8 @@ class LoadedCheckpoint:
     tokenizer_path: Path | None  # what tenor.tokenizer.load_tokenizer reads; None: no tokenizer
     source: str  # the path read, for messages
     kind: str = "tenor"  # "tenor", "hf" or "gguf"
-    # Weights kept in a GGUF's Q4_1 or Q8_0 blocks (`load_gguf(keep_blocks=True)`), not in `weights`.
+    # Weights kept in a GGUF's blocks, or an embedding as its rows' bytes (`load_gguf(keep_blocks=True)`),
+    # not in `weights`.
     blocks: dict[str, PackedWeight] = field(default_factory=dict)
 
 

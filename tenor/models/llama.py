@@ -16,7 +16,7 @@ from tenor.models.decoder import DecoderLM, lookup_table
 from tenor.models.kernels import DecodeKernel, Int8BlockKernel, Int8GemmKernel
 from tenor.models.layers import AttentionBatch, PagedKVCache, ParallelLinear, Rotary, paged_attention
 
-# A checkpoint's tensor, or a weight kept in a GGUF's blocks (LoadedCheckpoint.blocks).
+# A checkpoint's tensor, or a weight kept packed as a GGUF holds it (LoadedCheckpoint.blocks).
 Weight = torch.Tensor | PackedWeight
 
 
@@ -217,10 +217,10 @@ class LlamaModel(DecoderLM):
                 take.linear(getattr(block, name.split(".")[1]), p + name, dtype)
         self.norm = nn.Parameter(take.float("norm.weight", (c.hidden_size,)).to(dtype), requires_grad=False)
         if c.tie_word_embeddings:
-            tied: Weight = (
-                self.embed.data if self.embed_blocks is None else self.embed_blocks
-            )  # 16-bit: kernels widen it
-            if isinstance(tied, PackedRows):  # the head's own blocks are made from its values
+            # The table as it is (a 16-bit one is widened by the kernels as they pack it) or its
+            # blocks; packed rows give the head their values.
+            tied: Weight = self.embed.data if self.embed_blocks is None else self.embed_blocks
+            if isinstance(tied, PackedRows):
                 tied = tied.dequantize()
             self.lm_head.load(tied, dtype, weight_format=weight_format)
             head = self.lm_head.kernel
