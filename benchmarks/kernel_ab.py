@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import io
 import statistics
 import subprocess
@@ -72,6 +73,16 @@ def _fixed_steps(lib: ctypes.CDLL) -> bool:
     return bool(query())
 
 
+def _laid_for(lib: ctypes.CDLL, packed: block_weights.Int8GemmWeights) -> block_weights.Int8GemmWeights:
+    """4-bit levels one a byte for a build from before they were read two a byte."""
+    if packed.bits != 4 or hasattr(lib, "tenor_int8_gemm_nibble_levels"):
+        return packed
+    tiles, blocks = packed.levels.shape[:2]
+    pairs = packed.levels.view(tiles, blocks, 4, 1, 32)
+    spread = torch.cat([pairs & 15, pairs >> 4], dim=3).reshape(tiles, blocks, 256).contiguous()
+    return dataclasses.replace(packed, levels=spread)
+
+
 def _gemm_weights(out_features: int, in_features: int, bits: int, libs: dict[str, ctypes.CDLL]) -> dict[str, Weights]:
     """One weight in each build's int8_gemm layout; at many rows each is read once for dozens of
     rows, so one copy serves (from cache or not, as in serving)."""
@@ -79,7 +90,8 @@ def _gemm_weights(out_features: int, in_features: int, bits: int, libs: dict[str
     if bits == 4:
         levels = (q // 17).to(torch.uint8)
         steps = scales * 17
-        return {name: block_weights.int8_gemm_pack(levels, steps, mins, _fixed_steps(w)) for name, w in libs.items()}
+        packs = {name: block_weights.int8_gemm_pack(levels, steps, mins, _fixed_steps(w)) for name, w in libs.items()}
+        return {name: _laid_for(libs[name], packed) for name, packed in packs.items()}
     levels, offsets = block_weights.signed_blocks(q, scales, mins)
     packed = block_weights.int8_gemm_pack(levels, scales, offsets)
     return {name: packed for name in libs}

@@ -14,16 +14,25 @@
  * (FBGEMM's fp16) are bound by their FMAs; see benchmarks/RESULTS.md for what this gives and what
  * it costs in accuracy.
  *
- * Layout, for output tile t (outputs 8t..8t+7) and block b: 256 bytes, a step of 32 (bits 4: 8
- * steps of 4 inputs) or 16 bytes (bits 8: 16 steps of 2 inputs); step s holds its inputs of the
- * block for the eight outputs, output o's first. One level a byte: unpacking nibbles cost more than
- * the bytes saved, as the tile's weights stay in L1 while every row reads them. Steps and offsets:
+ * Layout, for output tile t (outputs 8t..8t+7) and block b: 8 steps of 4 inputs (bits 4) or 16
+ * steps of 2 inputs (bits 8); step s holds its inputs of the block for the eight outputs, output
+ * o's first. 8-bit levels a byte, 16 bytes a step, 256 a block; 4-bit ones two a byte, steps 2p and
+ * 2p + 1 in the 32 bytes at 32p (2p's levels in the low nibbles), 128 bytes a block (BLOCK_BYTES):
+ * half the bytes of one level a byte (a 4-bit model's weights in 1.5 bytes a weight in all, decode's
+ * form included, not 2.0), for a shift and two ANDs a pair of steps, which the multiply-adds leave
+ * room for. On a Zen 4 (benchmarks/kernel_ab.py, 2 threads): the default model's 4-bit layers
+ * 1.00-1.04x the time as AVX2 code, 0.99-1.00x (one shape 1.06x) natively, the same outputs bit for
+ * bit; 0.90x and 0.95x on a 4-bit 49152 x 576 at 32 rows, read from memory. Steps and offsets:
  * [OUT / 8, IN / 32, 8] float32; 4-bit steps in builds without VNNI in fixed point (FIXED_STEPS):
  * int16 [OUT / 8, IN / 32, 16] (each output's step twice), then each output's unit, float32 [OUT].
  */
 #include <stdlib.h>
 
 #include "kernels.h"
+
+/* Bytes of one tile's block: 4-bit levels two a byte (a pair of steps in each 32 bytes, the even
+ * step's levels in the low nibbles), 8-bit ones a byte. */
+#define BLOCK_BYTES(bits) ((bits) == 4 ? 128 : 256)
 
 /* Rows of the batch a tile computes at once. AVX2: six rows of a pair of tiles, whose twelve sums,
  * a step's two level registers and x's broadcast fill the sixteen registers (a single tile, the
@@ -48,7 +57,7 @@
 
 /* Block b of a later unit's `tiles` tiles of levels (from `levels`), and of the next unit's steps and
  * offsets (which start `tiles` tiles past this unit's `steps` and `offsets`), fetched while this
- * call works on its own block b. Each tile's levels (nb * 256 bytes) and steps span pages, where
+ * call works on its own block b (of `bb` bytes a tile). Each tile's levels and steps span pages, where
  * the hardware prefetchers stop, so at a few dozen rows every tile began with stalls on memory.
  * A unit's first row tile fetches the next unit's levels, its second those of the unit after.
  * Both fetch the next unit's steps: the levels pass through L1 in between. With pairs of tiles,
@@ -56,9 +65,10 @@
  * 1.03-1.06x slower than single tiles on AVX2; this, the default model's 8-bit LM head 0.99-1.02x
  * (its steps fetched once, 1.02x), a 4-bit one 1.02-1.06x. */
 static inline __attribute__((always_inline)) void fetch_ahead(const uint8_t *levels, const float *steps,
-                                                              const float *offsets, int64_t b, int64_t nb, int tiles) {
+                                                              const float *offsets, int64_t b, int64_t nb, int tiles,
+                                                              int64_t bb) {
     for (int t = 0; t < tiles; t++) {
-        for (int line = 0; line < 256; line += 64) __builtin_prefetch(levels + (t * nb + b) * 256 + line);
+        for (int line = 0; line < bb; line += 64) __builtin_prefetch(levels + (t * nb + b) * bb + line);
         if (b % 2 == 0) { /* a line holds two blocks' 8 steps */
             __builtin_prefetch(steps + ((tiles + t) * nb + b) * 8);
             __builtin_prefetch(offsets + ((tiles + t) * nb + b) * 8);
@@ -212,10 +222,12 @@ static void quantize_rows(const float *x, int64_t bits, uint8_t *xq, float *xd, 
 static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, const uint8_t *xb, int64_t R,
                                                              __m256i *dots) {
     for (int64_t r = 0; r < R; r++) dots[r] = _mm256_setzero_si256();
+    const __m256i low = _mm256_set1_epi8(15);
 #if VNNI
 #pragma GCC unroll 8
     for (int step = 0; step < 8; step++) {
-        const __m256i levels = _mm256_loadu_si256((const __m256i *)(wb + 32 * step));
+        const __m256i pair = _mm256_loadu_si256((const __m256i *)(wb + 16 * (step & ~1)));
+        const __m256i levels = _mm256_and_si256(step & 1 ? _mm256_srli_epi16(pair, 4) : pair, low);
         for (int64_t r = 0; r < R; r++) {
             int32_t x4;
             __builtin_memcpy(&x4, xb + 4 * (R * step + r), 4);
@@ -229,8 +241,8 @@ static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, 
      * form 1.0, the kernel 0.82-0.87x the time. */
 #pragma GCC unroll 4
     for (int step = 0; step < 8; step += 2) {
-        const __m256i even = _mm256_loadu_si256((const __m256i *)(wb + 32 * step));
-        const __m256i odd = _mm256_loadu_si256((const __m256i *)(wb + 32 * step + 32));
+        const __m256i pair = _mm256_loadu_si256((const __m256i *)(wb + 16 * step));
+        const __m256i even = _mm256_and_si256(pair, low), odd = _mm256_and_si256(_mm256_srli_epi16(pair, 4), low);
         for (int64_t r = 0; r < R; r++) {
             int32_t x_even, x_odd;
             __builtin_memcpy(&x_even, xb + 4 * (R * step + r), 4);
@@ -293,12 +305,12 @@ static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, c
     __m256 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        if (ahead) fetch_ahead(ahead, steps, offsets, b, nb, 1);
+        if (ahead) fetch_ahead(ahead, steps, offsets, b, nb, 1, BLOCK_BYTES(bits));
         __m256i dots[TILE_ROWS];
         if (bits == 8)
             block_dots16(wt + b * 256, xq + b * 64 * R, R, dots);
         else
-            block_dots(wt + b * 256, xq + b * 32 * R, R, dots);
+            block_dots(wt + b * 128, xq + b * 32 * R, R, dots);
         const __m256 offset = _mm256_loadu_ps(offsets + b * 8);
         for (int64_t r = 0; r < R; r++) {
             acc[r] = scaled_add(dots[r], steps + b * 8, _mm256_set1_ps(xd[b * R + r]), bits, acc[r]);
@@ -329,11 +341,13 @@ static inline __attribute__((always_inline)) void block_dots_wide(const uint8_t 
                                                                   __m512i *dots) {
     for (int64_t r = 0; r < R; r++) dots[r] = _mm512_setzero_si512();
     if (bits == 4) {
+        const __m512i low = _mm512_set1_epi8(15);
 #pragma GCC unroll 8
         for (int step = 0; step < 8; step++) {
-            const __m512i levels = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wa + 32 * step))),
-                _mm256_loadu_si256((const __m256i *)(wb + 32 * step)), 1);
+            const __m512i pair = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wa + 16 * (step & ~1)))),
+                _mm256_loadu_si256((const __m256i *)(wb + 16 * (step & ~1))), 1);
+            const __m512i levels = _mm512_and_si512(step & 1 ? _mm512_srli_epi16(pair, 4) : pair, low);
             for (int64_t r = 0; r < R; r++) {
                 int32_t x4;
                 __builtin_memcpy(&x4, xb + 4 * (R * step + r), 4);
@@ -356,20 +370,20 @@ static inline __attribute__((always_inline)) void block_dots_wide(const uint8_t 
     }
 }
 
-/* gemm_tile for tiles a and b = a + 1 (nb * 256 bytes of levels and nb * 8 steps apart). The same
+/* gemm_tile for tiles a and b = a + 1 (nb block's bytes of levels and nb * 8 steps apart). The same
  * shape as gemm_tile in registers twice as wide. */
 static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *wt, const float *steps,
                                                                  const float *offsets, const float *step_unit,
                                                                  const uint8_t *xq, const float *xd, const float *xsum,
                                                                  const float *bias, float *out, int64_t R, int64_t bits,
                                                                  int64_t nb, int64_t OUT, const uint8_t *ahead) {
-    const int64_t next = nb * 256, next_steps = nb * 8;
+    const int64_t bb = BLOCK_BYTES(bits), next = nb * bb, next_steps = nb * 8;
     __m512 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        if (ahead) fetch_ahead(ahead, steps, offsets, b, nb, 2);
+        if (ahead) fetch_ahead(ahead, steps, offsets, b, nb, 2, bb);
         __m512i dots[TILE_ROWS];
-        block_dots_wide(wt + b * 256, wt + next + b * 256, xq + b * (bits == 8 ? 64 : 32) * R, R, bits, dots);
+        block_dots_wide(wt + b * bb, wt + next + b * bb, xq + b * (bits == 8 ? 64 : 32) * R, R, bits, dots);
         const __m512 step = two_halves_ps(steps + b * 8, steps + next_steps + b * 8);
         const __m512 offset = two_halves_ps(offsets + b * 8, offsets + next_steps + b * 8);
         for (int64_t r = 0; r < R; r++) {
@@ -413,10 +427,13 @@ static inline __attribute__((always_inline)) void block_dots_pair(const uint8_t 
                                                                   __m256i *dots) {
     for (int64_t r = 0; r < 2 * R; r++) dots[r] = _mm256_setzero_si256();
     if (bits == 4) {
+        const __m256i low = _mm256_set1_epi8(15);
 #pragma GCC unroll 8
         for (int step = 0; step < 8; step++) {
-            const __m256i la = _mm256_loadu_si256((const __m256i *)(wa + 32 * step));
-            const __m256i lb = _mm256_loadu_si256((const __m256i *)(wb + 32 * step));
+            const __m256i pa = _mm256_loadu_si256((const __m256i *)(wa + 16 * (step & ~1)));
+            const __m256i pb = _mm256_loadu_si256((const __m256i *)(wb + 16 * (step & ~1)));
+            const __m256i la = _mm256_and_si256(step & 1 ? _mm256_srli_epi16(pa, 4) : pa, low);
+            const __m256i lb = _mm256_and_si256(step & 1 ? _mm256_srli_epi16(pb, 4) : pb, low);
             for (int64_t r = 0; r < R; r++) {
                 int32_t x4;
                 __builtin_memcpy(&x4, xb + 4 * (R * step + r), 4);
@@ -437,19 +454,19 @@ static inline __attribute__((always_inline)) void block_dots_pair(const uint8_t 
     }
 }
 
-/* gemm_tile for tiles a and b = a + 1 (nb * 256 bytes of levels and nb * 8 steps apart). */
+/* gemm_tile for tiles a and b = a + 1 (nb block's bytes of levels and nb * 8 steps apart). */
 static inline __attribute__((always_inline)) void gemm_tile_wide(const uint8_t *wt, const float *steps,
                                                                  const float *offsets, const float *step_unit,
                                                                  const uint8_t *xq, const float *xd, const float *xsum,
                                                                  const float *bias, float *out, int64_t R, int64_t bits,
                                                                  int64_t nb, int64_t OUT, const uint8_t *ahead) {
-    const int64_t next = nb * 256, next_steps = nb * 8;
+    const int64_t bb = BLOCK_BYTES(bits), next = nb * bb, next_steps = nb * 8;
     __m256 acc[2 * TILE_ROWS];
     for (int64_t r = 0; r < 2 * R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        if (ahead) fetch_ahead(ahead, steps, offsets, b, nb, 2);
+        if (ahead) fetch_ahead(ahead, steps, offsets, b, nb, 2, bb);
         __m256i dots[2 * TILE_ROWS];
-        block_dots_pair(wt + b * 256, wt + next + b * 256, xq + b * (bits == 8 ? 64 : 32) * R, R, bits, dots);
+        block_dots_pair(wt + b * bb, wt + next + b * bb, xq + b * (bits == 8 ? 64 : 32) * R, R, bits, dots);
         const __m256 offset_a = _mm256_loadu_ps(offsets + b * 8);
         const __m256 offset_b = _mm256_loadu_ps(offsets + next_steps + b * 8);
         for (int64_t r = 0; r < R; r++) {
@@ -494,8 +511,10 @@ static void gemm_tile_scalar(const uint8_t *wt, const float *steps, const float 
                 } else {
                     const int8_t *xt = (const int8_t *)(xq + b * 32 * R);
                     for (int step = 0; step < 8; step++)
-                        for (int i = 0; i < 4; i++)
-                            dot += wt[b * 256 + 32 * step + 4 * o + i] * xt[4 * (R * step + r) + i];
+                        for (int i = 0; i < 4; i++) {
+                            const uint8_t pair = wt[b * 128 + 32 * (step / 2) + 4 * o + i];
+                            dot += (step % 2 ? pair >> 4 : pair & 15) * xt[4 * (R * step + r) + i];
+                        }
                 }
                 const float step = step_unit ? (float)((const int16_t *)steps)[b * 16 + 2 * o] : steps[b * 8 + o];
                 acc += (float)dot * (step * xd[b * R + r]) + offsets[b * 8 + o] * xsum[b * R + r];
@@ -566,6 +585,9 @@ int64_t tenor_int8_gemm_simd(void) {
  * VNNI), as int8_gemm_pack(fixed_steps=True) lays them out; else float steps. */
 int64_t tenor_int8_gemm_fixed_steps(void) { return FIXED_STEPS; }
 
+/* Whether this build reads 4-bit levels two a byte (BLOCK_BYTES): earlier builds read them one a byte. */
+int64_t tenor_int8_gemm_nibble_levels(void) { return 1; }
+
 /* Output unit u (a pair of tiles, or a last odd tile alone) for all R rows, a row tile at a time:
  * tenor_int8_gemm_f32's loop body. */
 static inline __attribute__((always_inline)) void gemm_unit(const uint8_t *w, int64_t bits, const float *steps,
@@ -575,7 +597,8 @@ static inline __attribute__((always_inline)) void gemm_unit(const uint8_t *w, in
                                                             int64_t OUT) {
     const int64_t nb = IN / 32, tiles = OUT / 8, es = bits == 8 ? 2 : 1, per_unit = WIDE_TILES ? 2 : 1;
     const int64_t t = u * per_unit, pair = per_unit == 2 && t + 1 < tiles;
-    const uint8_t *wt = w + t * nb * 256;
+    const int64_t bb = BLOCK_BYTES(bits);
+    const uint8_t *wt = w + t * nb * bb;
     const float *st = steps + t * nb * 8, *ot = offsets + t * nb * 8, *bt = bias ? bias + 8 * t : NULL;
     /* fixed steps: each output's unit follows all tiles' steps (int8_gemm_pack) */
     const float *step_unit = FIXED_STEPS && bits == 4 ? steps + tiles * nb * 8 + 8 * t : NULL;
@@ -583,7 +606,7 @@ static inline __attribute__((always_inline)) void gemm_unit(const uint8_t *w, in
         const int64_t rows = R - r < TILE_ROWS ? R - r : TILE_ROWS;
         /* row tile 0 fetches the next unit, row tile 1 the levels of the one after (at the end of
          * a thread's grab of units, possibly the other thread's: a wasted fetch, nothing worse) */
-        const uint8_t *ahead = k < 2 && u + 1 + k < units ? wt + (1 + k) * per_unit * nb * 256 : NULL;
+        const uint8_t *ahead = k < 2 && u + 1 + k < units ? wt + (1 + k) * per_unit * nb * bb : NULL;
         gemm_rows(wt, st, ot, step_unit, xq + r * IN * es, xd + r * nb, xsum + r * nb, bt, out + r * OUT + 8 * t, rows, bits,
                   nb, OUT, (int)pair, ahead);
     }

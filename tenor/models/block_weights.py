@@ -194,7 +194,9 @@ def nibble_blocks_torch(q: torch.Tensor, scales: torch.Tensor, mins: torch.Tenso
 @dataclasses.dataclass(frozen=True)
 class Int8GemmWeights:
     """A weight in int8_gemm's layout (see tenor/csrc/int8_gemm.c): levels uint8 [OUT / 8, IN / 32,
-    256] (bits 4: 0..15; bits 8: int8's bytes), steps and offsets [OUT / 8, IN / 32, 8] float32.
+    128] for bits 4 (0..15, two a byte: a pair of steps in each 32 bytes, the even step's in the
+    low nibbles) or [OUT / 8, IN / 32, 256] for bits 8 (int8's bytes), steps and offsets [OUT / 8,
+    IN / 32, 8] float32.
     With `fixed_steps` (4-bit, for builds without VNNI: tenor_int8_gemm_fixed_steps), `steps` holds
     each step as int16 in units of its output's largest step / 32767, twice (int16 [OUT / 8, IN / 32,
     16]), followed by each output's unit (float32 [OUT]), in one byte tensor; offsets in those units."""
@@ -239,7 +241,11 @@ def int8_gemm_pack(
         pairs = by_tile[0].unsqueeze(-1).expand(tiles, blocks, 8, 2).reshape(-1)
         by_tile[0] = torch.cat([pairs.view(torch.uint8), units.contiguous().view(torch.uint8)])
     steps, offsets = (hugepages.keep(t if fixed else t.float()) for t in by_tile)
-    return Int8GemmWeights(hugepages.keep(grouped.reshape(tiles, blocks, 256)), bits, steps, offsets, fixed)
+    laid = grouped.reshape(tiles, blocks, 256)
+    if bits == 4:  # two steps' levels a byte: the even step's in the low nibbles
+        pairs = laid.view(tiles, blocks, 4, 2, 32)
+        laid = (pairs[:, :, :, 0] | (pairs[:, :, :, 1] << 4)).reshape(tiles, blocks, 128)
+    return Int8GemmWeights(hugepages.keep(laid), bits, steps, offsets, fixed)
 
 
 def _fixed_point_steps(steps: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

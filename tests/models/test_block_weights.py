@@ -91,10 +91,13 @@ def test_q8_0_blocks_land_on_the_u8_grid_exactly():
 
 def test_pack_puts_four_inputs_of_eight_outputs_in_each_step():
     levels = (torch.arange(16 * 64) % 16).to(torch.uint8).view(16, 64)
-    levels[9, 37] = 3  # output 9 is tile 1's output 1; input 37 is block 1, step 1, input 1
+    levels[9, 37] = 3  # output 9 is tile 1's output 1; input 37 is block 1, step 1 (odd), input 1
+    levels[9, 33] = 12  # the same output's input 1 of step 0 (even): the same byte, low nibble
     steps, offsets = torch.rand(16, 2), torch.rand(16, 2)
     packed = block_weights.int8_gemm_pack(levels, steps, offsets)
-    assert packed.levels[1, 1, 32 * 1 + 4 * 1 + 1] == 3 and packed.out_features == 16
+    assert packed.levels.shape == (2, 2, 128) and packed.out_features == 16  # two 4-bit levels a byte
+    assert packed.levels[1, 1, 32 * 0 + 4 * 1 + 1] == 12 | (3 << 4)
+    assert packed.levels[1, 1, 32 * 1 + 4 * 1 + 1] == levels[9, 32 + 8 + 1] | (levels[9, 32 + 12 + 1] << 4)
     assert packed.steps[1, 1, 1] == steps[9, 1] and packed.offsets[1, 0, 7] == offsets[15, 0]
     with pytest.raises(ValueError, match="multiple of 8"):
         block_weights.int8_gemm_pack(levels[:12], steps[:12], offsets[:12])

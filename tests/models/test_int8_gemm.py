@@ -71,7 +71,8 @@ def test_int8_gemm_matches_its_integer_reference_and_the_float_product(rows, bit
     bias = torch.randn(24, generator=gen) if with_bias else None
     levels, steps, offsets = q4_levels(weight) if bits == 4 else q8_levels(weight)
     packed = block_weights.int8_gemm_pack(levels, steps, offsets, native.int8_gemm_fixed_steps())
-    assert packed.bits == bits and packed.levels.shape == (3, 3, 256) and packed.offsets.shape == (3, 3, 8)
+    assert packed.bits == bits and packed.levels.shape == (3, 3, 128 if bits == 4 else 256)
+    assert packed.offsets.shape == (3, 3, 8)
     assert packed.fixed_steps or packed.steps.shape == (3, 3, 8)
     x = torch.randn(rows, 96, generator=gen)
     x[0, :32] *= 50.0  # one block far larger than the rest: steps are per block, not per row
@@ -107,8 +108,9 @@ def test_block_weights_take_the_integer_gemm_for_big_batches_on_avx2_only_cpus(m
     # against them shifted to int8 levels, as exact as float weights
     assert kernel.batched.weights.bits == (4 if int8_activations else 8)
     units = 4 * 48 if kernel.batched.weights.fixed_steps else 0  # each output's unit, after fixed steps
-    # nibbles, bytes, steps and offsets, biases
-    assert kernel.nbytes() == 48 * 64 // 2 + 48 * 64 + 4 * (4 * 48 * 2) + 2 * 4 * 48 + units
+    gemm_levels = 48 * 64 // 2 if int8_activations else 48 * 64  # 4-bit levels two a byte, 8-bit ones a byte
+    # decode's nibbles, the GEMM's levels, steps and offsets, biases
+    assert kernel.nbytes() == 48 * 64 // 2 + gemm_levels + 4 * (4 * 48 * 2) + 2 * 4 * 48 + units
     x = torch.randn(2, 20, 64)
     out = kernel(x)
     assert out.shape == (2, 20, 48)
