@@ -215,6 +215,13 @@ static void quantize_rows(const float *x, int64_t bits, uint8_t *xq, float *xd, 
  * output's largest step, 1/2185 of the 4-bit rounding of that output's coarsest block. */
 #define FIXED_STEPS (!VNNI)
 
+/* Step `step`'s 32 levels of a 4-bit tile block (BLOCK_BYTES' layout: steps 2p and 2p + 1 in the low
+ * and high nibbles of the 32 bytes at 32p), one a byte. */
+static inline __attribute__((always_inline)) __m256i nibble_step(const uint8_t *wb, int step) {
+    const __m256i pair = _mm256_loadu_si256((const __m256i *)(wb + 16 * (step & ~1)));
+    return _mm256_and_si256(step & 1 ? _mm256_srli_epi16(pair, 4) : pair, _mm256_set1_epi8(15));
+}
+
 /* A block's integer dots for rows [0, R), eight outputs in each row's 8 int32 lanes (with VNNI) or
  * 16 int16 ones, two an output (without: the caller widens them, times the step). Levels 0..15
  * are vpmaddubsw's unsigned operand; a pair of products is at most 2 * 15 * 127, so the 8 steps
@@ -222,12 +229,10 @@ static void quantize_rows(const float *x, int64_t bits, uint8_t *xq, float *xd, 
 static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, const uint8_t *xb, int64_t R,
                                                              __m256i *dots) {
     for (int64_t r = 0; r < R; r++) dots[r] = _mm256_setzero_si256();
-    const __m256i low = _mm256_set1_epi8(15);
 #if VNNI
 #pragma GCC unroll 8
     for (int step = 0; step < 8; step++) {
-        const __m256i pair = _mm256_loadu_si256((const __m256i *)(wb + 16 * (step & ~1)));
-        const __m256i levels = _mm256_and_si256(step & 1 ? _mm256_srli_epi16(pair, 4) : pair, low);
+        const __m256i levels = nibble_step(wb, step);
         for (int64_t r = 0; r < R; r++) {
             int32_t x4;
             __builtin_memcpy(&x4, xb + 4 * (R * step + r), 4);
@@ -241,8 +246,7 @@ static inline __attribute__((always_inline)) void block_dots(const uint8_t *wb, 
      * form 1.0, the kernel 0.82-0.87x the time. */
 #pragma GCC unroll 4
     for (int step = 0; step < 8; step += 2) {
-        const __m256i pair = _mm256_loadu_si256((const __m256i *)(wb + 16 * step));
-        const __m256i even = _mm256_and_si256(pair, low), odd = _mm256_and_si256(_mm256_srli_epi16(pair, 4), low);
+        const __m256i even = nibble_step(wb, step), odd = nibble_step(wb, step + 1); /* the same 32 bytes */
         for (int64_t r = 0; r < R; r++) {
             int32_t x_even, x_odd;
             __builtin_memcpy(&x_even, xb + 4 * (R * step + r), 4);
@@ -302,15 +306,16 @@ static inline __attribute__((always_inline)) void gemm_tile(const uint8_t *wt, c
                                                             const uint8_t *xq, const float *xd, const float *xsum,
                                                             const float *bias, float *out, int64_t R, int64_t bits,
                                                             int64_t nb, int64_t OUT, const uint8_t *ahead) {
+    const int64_t bb = BLOCK_BYTES(bits);
     __m256 acc[TILE_ROWS];
     for (int64_t r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        if (ahead) fetch_ahead(ahead, steps, offsets, b, nb, 1, BLOCK_BYTES(bits));
+        if (ahead) fetch_ahead(ahead, steps, offsets, b, nb, 1, bb);
         __m256i dots[TILE_ROWS];
         if (bits == 8)
-            block_dots16(wt + b * 256, xq + b * 64 * R, R, dots);
+            block_dots16(wt + b * bb, xq + b * 64 * R, R, dots);
         else
-            block_dots(wt + b * 128, xq + b * 32 * R, R, dots);
+            block_dots(wt + b * bb, xq + b * 32 * R, R, dots);
         const __m256 offset = _mm256_loadu_ps(offsets + b * 8);
         for (int64_t r = 0; r < R; r++) {
             acc[r] = scaled_add(dots[r], steps + b * 8, _mm256_set1_ps(xd[b * R + r]), bits, acc[r]);
@@ -427,13 +432,9 @@ static inline __attribute__((always_inline)) void block_dots_pair(const uint8_t 
                                                                   __m256i *dots) {
     for (int64_t r = 0; r < 2 * R; r++) dots[r] = _mm256_setzero_si256();
     if (bits == 4) {
-        const __m256i low = _mm256_set1_epi8(15);
 #pragma GCC unroll 8
         for (int step = 0; step < 8; step++) {
-            const __m256i pa = _mm256_loadu_si256((const __m256i *)(wa + 16 * (step & ~1)));
-            const __m256i pb = _mm256_loadu_si256((const __m256i *)(wb + 16 * (step & ~1)));
-            const __m256i la = _mm256_and_si256(step & 1 ? _mm256_srli_epi16(pa, 4) : pa, low);
-            const __m256i lb = _mm256_and_si256(step & 1 ? _mm256_srli_epi16(pb, 4) : pb, low);
+            const __m256i la = nibble_step(wa, step), lb = nibble_step(wb, step);
             for (int64_t r = 0; r < R; r++) {
                 int32_t x4;
                 __builtin_memcpy(&x4, xb + 4 * (R * step + r), 4);

@@ -243,8 +243,8 @@ def int8_gemm_pack(
     steps, offsets = (hugepages.keep(t if fixed else t.float()) for t in by_tile)
     laid = grouped.reshape(tiles, blocks, 256)
     if bits == 4:  # two steps' levels a byte: the even step's in the low nibbles
-        pairs = laid.view(tiles, blocks, 4, 2, 32)
-        laid = (pairs[:, :, :, 0] | (pairs[:, :, :, 1] << 4)).reshape(tiles, blocks, 128)
+        step_pairs = laid.view(tiles, blocks, 4, 2, 32)
+        laid = (step_pairs[:, :, :, 0] | (step_pairs[:, :, :, 1] << 4)).reshape(tiles, blocks, 128)
     return Int8GemmWeights(hugepages.keep(laid), bits, steps, offsets, fixed)
 
 
