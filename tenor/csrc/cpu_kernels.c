@@ -463,9 +463,10 @@ static void add_in_place(float *x, const float *delta, int64_t n, int64_t thread
  *   x += attn W_o; h = rms_norm(x); x += silu_mul(h W_gate_up) W_down.
  *   x       [R, D] in place: the embeddings in, the last layer's output out
  *   weights [L, 34] per layer: attn_norm, mlp_norm, then (weight, bits, scales, offsets) of qkv,
- *           o, gate_up, down in tenor_block_linear_f32's layouts (for R <= DECODE_MAX_ROWS), then
- *           the same four in tenor_int8_gemm_f32's (for more rows; zeros where a layer has none);
- *           pointers as integers
+ *           o, gate_up, down in tenor_block_linear_f32's layouts (for up to DECODE_MAX_ROWS rows),
+ *           then the same four in tenor_int8_gemm_f32's (zeros for a linear without that form),
+ *           which take the rows past DECODE_MAX_ROWS, or from gemm_min_rows (tenor/models/native.py's
+ *           GEMM_MIN_ROWS for a decode step, which says why); pointers as integers
  *   kv      [L, 2, K, slots, E] the cache, float32 (kv_bits 32), bf16 (16) or int8 (8), an int8
  *           one with scales kv_scales [L, 2, K, slots] (else NULL); cos, sin [R, E]; slots [R]
  *   table, lengths, tile: each row's blocks [R, N] and context length [R] (including its own
@@ -475,21 +476,23 @@ void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t 
                             const float *cos, const float *sin, const int64_t *slots, const int64_t *table,
                             const int64_t *lengths, float *scores, int64_t R, int64_t L, int64_t D, int64_t H,
                             int64_t K, int64_t E, int64_t F, int64_t N, int64_t block_size, int64_t num_slots,
-                            int64_t max_len, int64_t tile, float eps, int64_t threads) {
+                            int64_t max_len, int64_t tile, float eps, int64_t threads, int64_t gemm_min_rows) {
     const int64_t width = (H + 2 * K) * E, layer_kv = 2 * K * num_slots * E * (kv_bits / 8); /* bytes */
-    const int gemm = R > DECODE_MAX_ROWS; /* past the decode kernel's rows, as DecodeKernel hands them on */
+    /* the integer GEMM past the decode kernel's rows, and from gemm_min_rows where a linear has its
+     * form (a nonzero pointer), as DecodeKernel.decoding chooses for a decode step */
+    const int gemm_rows = R >= gemm_min_rows;
     int64_t widest = F > D ? F : D; /* the widest input a linear quantizes for the GEMM, int16 at most */
     widest = widest > H * E ? widest : H * E;
     float *h = malloc(sizeof(float) * R * D), *qkv = malloc(sizeof(float) * R * width);
     float *q = malloc(sizeof(float) * R * H * E), *attn = malloc(sizeof(float) * R * H * E);
     float *gate_up = malloc(sizeof(float) * R * 2 * F), *act = malloc(sizeof(float) * R * F);
     float *delta = malloc(sizeof(float) * R * D);
-    uint8_t *xq = gemm ? malloc((size_t)(R * widest * 2 + 8 * R * (widest / 32))) : NULL;
+    uint8_t *xq = gemm_rows ? malloc((size_t)(R * widest * 2 + 8 * R * (widest / 32))) : NULL;
     for (int64_t l = 0; l < L; l++) {
         const int64_t *w = weights + l * 34;
 #define W_F32(i) ((const float *)(intptr_t)w[i])
 #define LINEAR(j, in, IN, out, OUT)                                                                                  \
-    if (gemm)                                                                                                       \
+    if (R > DECODE_MAX_ROWS || (gemm_rows && w[18 + 4 * (j)] != 0))                                                 \
         tenor_int8_gemm_f32(in, (const uint8_t *)(intptr_t)w[18 + 4 * (j)], w[19 + 4 * (j)], W_F32(20 + 4 * (j)),  \
                             W_F32(21 + 4 * (j)), NULL, out, xq, R, IN, OUT, threads);                              \
     else                                                                                                            \

@@ -62,4 +62,4 @@ class DecoderLM(nn.Module):
         for block in self.layers:
             x = block(x, self.rotary, cos, sin, cache, batch)
         x = self.final_norm(x.index_select(0, logits_rows))
-        return self.lm_head(x).float()
+        return self.lm_head(x, decoding=True).float()  # each row a sequence's next token

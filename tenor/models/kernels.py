@@ -50,6 +50,11 @@ class LinearKernel:
         """Bytes of weight (and bias) this kernel keeps."""
         raise NotImplementedError
 
+    def decoding(self, x: torch.Tensor) -> torch.Tensor:
+        """x of a decode step (no prompt's rows among them): where a kernel has a faster form for
+        those, it overrides this."""
+        return self(x)
+
     def bf16_rows(self, rows: int) -> bool:
         """Whether a batch of `rows` runs as a bf16 GEMM: then `bf16` gives its output as the GEMM
         does, without the round trip through float32."""
@@ -178,6 +183,15 @@ class DecodeKernel(LinearKernel):
             x.reshape(rows, x.shape[-1]).contiguous(), self.q, self.bits, self.scales, self.offsets, self.bias
         )
         return flat.view(*x.shape[:-1], self.out_features)
+
+    def decoding(self, x: torch.Tensor) -> torch.Tensor:
+        """x of a decode step (each row a sequence's next token, no prompt's): from GEMM_MIN_ROWS rows
+        on the integer GEMM where `batched` is that (tenor_llama_layers_f32 chooses the same way).
+        A short prompt's rows keep the decode kernel's int16 x, the more exact."""
+        rows = x.numel() // x.shape[-1]
+        if rows >= native.GEMM_MIN_ROWS and isinstance(self.batched, Int8GemmKernel):
+            return self.batched(x)
+        return self(x)
 
     def bf16_rows(self, rows: int) -> bool:
         return rows > native.INT8_MAX_ROWS and self.batched.bf16_rows(rows)

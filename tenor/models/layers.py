@@ -56,9 +56,11 @@ class ParallelLinear(nn.Module):
             raise ValueError("missing bias")
         self.kernel = make_kernel(weight, dtype, weight_format, scale=scale, bias=bias if self.has_bias else None)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, decoding: bool = False) -> torch.Tensor:
+        """`decoding`: x holds a decode step's rows only (each a sequence's next token, no prompt's),
+        which a kernel may run on a faster form (LinearKernel.decoding)."""
         assert self.kernel is not None, "load() the weights first"
-        out = self.kernel(x)
+        out = self.kernel.decoding(x) if decoding else self.kernel(x)
         if self._reduce is not None:
             out = self._reduce(out)
         return out

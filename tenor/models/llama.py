@@ -43,8 +43,9 @@ class LlamaBlock(nn.Module):
         batch: AttentionBatch,
     ) -> torch.Tensor:
         c = self.config
+        decoding = not batch.prefills
         h = rms_norm(x, self.attn_norm, c.norm_eps, batch.native)
-        qkv = self.qkv(h)
+        qkv = self.qkv(h, decoding)
         t = qkv.shape[0]
         if batch.native and qkv.dtype == torch.float32 and rotary.rot_dim == c.head_dim:
             # One pass: rotate q and k in place, write k and v to the cache.
@@ -70,13 +71,13 @@ class LlamaBlock(nn.Module):
             v = qkv[:, c.q_size + c.kv_size :].view(t, c.num_kv_heads, c.head_dim)
             attn = paged_attention(q, k, v, cache, self.index, batch)
         attn = attn.reshape(t, c.q_size)
-        x = x + (self.o.forward_bf16(attn) if self.o.computes_bf16(t) else self.o(attn))
+        x = x + (self.o.forward_bf16(attn) if self.o.computes_bf16(t) else self.o(attn, decoding))
         h = rms_norm(x, self.mlp_norm, c.norm_eps, batch.native)
         if batch.native and self.gate_up.computes_bf16(t) and self.down.computes_bf16(t):
             # Big batches on bf16 GEMMs: SiLU reads and writes bf16, and the residual add takes
             # bf16 (promoted exactly), the same numbers without three float32 conversion passes.
             return x + self.down.forward_bf16(silu_mul(self.gate_up.forward_bf16(h), True))
-        return x + self.down(silu_mul(self.gate_up(h), batch.native))
+        return x + self.down(silu_mul(self.gate_up(h, decoding), batch.native), decoding)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, fused: bool) -> torch.Tensor:
@@ -143,8 +144,9 @@ class LlamaModel(DecoderLM):
             tile,
             c.norm_eps,
             cache.scales,
+            native.GEMM_MIN_ROWS if not batch.prefills else native.INT8_MAX_ROWS + 1,
         )
-        return self.lm_head(self.final_norm(x.index_select(0, logits_rows))).float()
+        return self.lm_head(self.final_norm(x.index_select(0, logits_rows)), decoding=True).float()
 
     def _can_fuse(self, cache: PagedKVCache, batch: AttentionBatch, num_tokens: int) -> bool:
         """A step of float32 rows on the native kernels (one process) whose layers can run in one
@@ -171,13 +173,13 @@ class LlamaModel(DecoderLM):
             rows = [self._layer_pointers(block) for block in self.layers]
             usable = all(row is not None for row in rows)
             self._fused_weights = torch.tensor(rows if usable else [], dtype=torch.int64)
-            self._fused_gemm = usable and all(row is not None and row[18] != 0 for row in rows)
+            self._fused_gemm = usable and all(row is not None and all(row[18::4]) for row in rows)
         return self._fused_weights if self._fused_weights.numel() else None
 
     @staticmethod
     def _layer_pointers(block: nn.Module) -> list[int] | None:
         """attn_norm, mlp_norm, the four linears' decode weights, then their integer GEMM's (zeros
-        where a linear's big batches take another kernel)."""
+        for a linear whose big batches take another kernel)."""
         assert isinstance(block, LlamaBlock)
         row = [block.attn_norm.data_ptr(), block.mlp_norm.data_ptr()]
         gemm: list[int] = []
@@ -189,7 +191,9 @@ class LlamaModel(DecoderLM):
             if isinstance(kernel.batched, Int8GemmKernel):
                 w = kernel.batched.weights
                 gemm += [w.levels.data_ptr(), w.bits, w.steps.data_ptr(), w.offsets.data_ptr()]
-        return row + (gemm if len(gemm) == 16 else [0] * 16)
+            else:
+                gemm += [0] * 4
+        return row + gemm
 
     def load_weights(
         self, weights: Mapping[str, Weight], dtype: torch.dtype, weight_format: str = "dense", device: str = "cpu"

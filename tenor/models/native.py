@@ -107,7 +107,7 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tenor_paged_attention.argtypes = PAGED_ATTENTION_ARGTYPES
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 8 + [_I64] * 7
-    lib.tenor_llama_layers_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 7 + [_I64] * 12 + [_F32, _I64]
+    lib.tenor_llama_layers_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 7 + [_I64] * 12 + [_F32, _I64, _I64]
     lib.tenor_int8_gemm_f32.argtypes = [_PTR] * 2 + [_I64] + [_PTR] * 5 + [_I64] * 4
     lib.tenor_int8_gemm_simd.argtypes, lib.tenor_int8_gemm_simd.restype = [], _I64
     lib.tenor_int8_gemm_fixed_steps.argtypes, lib.tenor_int8_gemm_fixed_steps.restype = [], _I64
@@ -291,6 +291,13 @@ def paged_attention(
 
 INT8_BLOCK = 32  # weights per scale and minimum along the input dimension, as GGUF's Q4_1 / Q8_1
 INT8_MAX_ROWS = 8  # DECODE_MAX_ROWS in tenor/csrc/cpu_kernels.c: the kernel keeps one accumulator per row
+# From this many rows a decode step's linears take their integer GEMM form where they have one
+# (DecodeKernel.decoding, tenor_llama_layers_f32's gemm_min_rows): past one row the decode kernel is
+# bound by its int16 multiply-adds, 1.5-5x the GEMM's time at 2-8 rows on a Zen 4
+# (benchmarks/decode_vs_gemm.py). One row, and a short prompt's rows, keep the decode kernel: its
+# int16 x is the more exact (short prompts prefilled with int8 x took greedy agreement with HF from
+# 8 to 5 of 10 prompts, benchmarks/accuracy.py), and a lone stream reads the weights from memory.
+GEMM_MIN_ROWS = 2
 
 
 def block_linear(
@@ -384,9 +391,11 @@ def llama_layers(
     tile: int,
     eps: float,
     kv_scales: torch.Tensor | None = None,
+    gemm_min_rows: int = INT8_MAX_ROWS + 1,
 ) -> None:
     """Every Llama layer of a step in one call, x [R, D] float32 in place: up to INT8_MAX_ROWS rows
-    on the decode kernel, more on the integer GEMM. layer_weights [L, 34] int64: each layer's weight
+    on the decode kernel, more on the integer GEMM, and from `gemm_min_rows` rows each linear that
+    has its integer GEMM form (GEMM_MIN_ROWS for a decode step's rows). layer_weights [L, 34] int64: each layer's weight
     pointers and bits (see tenor_llama_layers_f32); kv the whole cache [L, 2, K, slots, E], float32,
     bf16, or int8 with float32 kv_scales [L, 2, K, slots, 1]; table, lengths, tile: each row's
     blocks and context length, and the prompt tile, as paged_attention takes them (tile 1 for a
@@ -421,4 +430,5 @@ def llama_layers(
         tile,
         eps,
         threads,
+        gemm_min_rows,
     )

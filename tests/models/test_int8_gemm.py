@@ -120,6 +120,29 @@ def test_block_weights_take_the_integer_gemm_for_big_batches_on_avx2_only_cpus(m
     assert eight_bit.bits == 8 and eight_bit.batched.weights.bits == 8  # int16 x for 8-bit weights always
 
 
+@needs_simd
+def test_a_decode_steps_rows_take_the_integer_gemm_from_two_and_a_short_prompts_the_decode_kernel(monkeypatch):
+    """The decode kernel's int16 multiply-adds bind it past one row, so a decode step's rows take
+    the integer GEMM from GEMM_MIN_ROWS on (int8 x against 4-bit levels under int8a8); one row, and
+    up to 8 rows of a prompt, keep the decode kernel and its int16 x. Which kernel ran shows in the
+    numbers: they differ by x's rounding."""
+    monkeypatch.setattr(hardware, "cpu_info", lambda: AVX2_ONLY)
+    weight = q4_1_weight(48, 64, seed=10)
+    kernel = Int8BlockKernel(weight, None, int8_activations=True)
+    assert isinstance(kernel.batched, Int8GemmKernel) and native.GEMM_MIN_ROWS == 2
+    x = torch.randn(9, 64)
+    decoded = native.block_linear(x[:8], kernel.q, kernel.bits, kernel.scales, kernel.offsets, None)
+    gemm = native.int8_gemm(x, kernel.batched.weights, None)
+    assert not torch.equal(decoded, gemm[:8])
+    assert torch.equal(kernel.decoding(x[:1]), decoded[:1])
+    for rows in (2, 3, 8):
+        assert torch.equal(kernel.decoding(x[:rows]), gemm[:rows])
+        assert torch.equal(kernel(x[:rows]), decoded[:rows])  # a prompt's rows
+    assert torch.equal(kernel(x), gemm) and torch.equal(kernel.decoding(x), gemm)
+    dense = kernels.DenseKernel(weight, None)  # no faster form: decoding is the plain call
+    assert torch.equal(dense.decoding(x), dense(x))
+
+
 ZEN5_FLAGS = {"avx2", "avx512f", "avx512_vnni", "avx512_bf16"}
 
 

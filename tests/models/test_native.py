@@ -437,6 +437,7 @@ def test_float_weights_without_f16c_match_the_same_product(tmp_path):
 @pytest.mark.parametrize(
     "quantize, streams, kv8",
     [("int8", 3, False), ("fp16", 3, False), ("none", 3, False), ("int8", 12, False), ("int8a8", 12, False)]
+    + [("int8a8", 3, False)]  # 2-8 rows on the integer GEMM where it serves, 1 row on the decode kernel
     + [("int8", 3, True), ("int8a8", 12, True)],
 )
 def test_fused_llama_steps_match_the_layer_by_layer_path(monkeypatch, quantize, streams, kv8):
