@@ -58,7 +58,7 @@ class ShardedLM(nn.Module):
         cos, sin = m.rotary.tables(positions)
         for block in m.layers:
             x = block(x, m.rotary, cos, sin, cache, batch)
-        local_logits = m.lm_head(m.final_norm(x.index_select(0, logits_rows))).float()
+        local_logits = m.lm_head(m.final_norm(x.index_select(0, logits_rows)), decoding=True).float()
         started = time.perf_counter()
         parts = self.group.gather_to_leader(local_logits)
         self.group.collective_s += time.perf_counter() - started

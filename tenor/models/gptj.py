@@ -39,13 +39,14 @@ class GPTJBlock(nn.Module):
         batch: AttentionBatch,
     ) -> torch.Tensor:
         c = self.config
+        decoding = not batch.prefills  # a decode step's rows: see ParallelLinear.forward
         h = F.layer_norm(x, (c.hidden_size,), self.ln_weight, self.ln_bias, c.norm_eps)
         t = h.shape[0]
-        qkv = self.qkv(h).view(t, 3 * c.num_heads, c.head_dim)
+        qkv = self.qkv(h, decoding).view(t, 3 * c.num_heads, c.head_dim)
         qk = rotary.apply(qkv[:, : 2 * c.num_heads], cos, sin)
         q, k, v = qk[:, : c.num_heads], qk[:, c.num_heads :], qkv[:, 2 * c.num_heads :]
-        attn = self.o(paged_attention(q, k, v, cache, self.index, batch).reshape(t, c.q_size))
-        mlp = self.fc_out(F.gelu(self.fc_in(h), approximate="tanh"))
+        attn = self.o(paged_attention(q, k, v, cache, self.index, batch).reshape(t, c.q_size), decoding)
+        mlp = self.fc_out(F.gelu(self.fc_in(h, decoding), approximate="tanh"), decoding)
         return x + attn + mlp
 
 

@@ -43,7 +43,7 @@ class LlamaBlock(nn.Module):
         batch: AttentionBatch,
     ) -> torch.Tensor:
         c = self.config
-        decoding = not batch.prefills
+        decoding = not batch.prefills  # a decode step's rows: see ParallelLinear.forward
         h = rms_norm(x, self.attn_norm, c.norm_eps, batch.native)
         qkv = self.qkv(h, decoding)
         t = qkv.shape[0]
