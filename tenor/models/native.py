@@ -293,7 +293,7 @@ INT8_BLOCK = 32  # weights per scale and minimum along the input dimension, as G
 INT8_MAX_ROWS = 8  # DECODE_MAX_ROWS in tenor/csrc/cpu_kernels.c: the kernel keeps one accumulator per row
 # From this many rows a decode step's linears take their integer GEMM form where they have one
 # (DecodeKernel.decoding, tenor_llama_layers_f32's gemm_min_rows): past one row the decode kernel is
-# bound by its int16 multiply-adds, 1.5-5x the GEMM's time at 2-8 rows on a Zen 4
+# bound by its int16 multiply-adds, 1.4-5x the GEMM's time at 2-8 rows on a Zen 4
 # (benchmarks/decode_vs_gemm.py). One row, and a short prompt's rows, keep the decode kernel: its
 # int16 x is the more exact (short prompts prefilled with int8 x took greedy agreement with HF from
 # 8 to 5 of 10 prompts, benchmarks/accuracy.py), and a lone stream reads the weights from memory.
@@ -395,11 +395,11 @@ def llama_layers(
 ) -> None:
     """Every Llama layer of a step in one call, x [R, D] float32 in place: up to INT8_MAX_ROWS rows
     on the decode kernel, more on the integer GEMM, and from `gemm_min_rows` rows each linear that
-    has its integer GEMM form (GEMM_MIN_ROWS for a decode step's rows). layer_weights [L, 34] int64: each layer's weight
-    pointers and bits (see tenor_llama_layers_f32); kv the whole cache [L, 2, K, slots, E], float32,
-    bf16, or int8 with float32 kv_scales [L, 2, K, slots, 1]; table, lengths, tile: each row's
-    blocks and context length, and the prompt tile, as paged_attention takes them (tile 1 for a
-    decode step)."""
+    has its integer GEMM form (GEMM_MIN_ROWS for a decode step's rows). layer_weights [L, 34]
+    int64: each layer's weight pointers and bits (see tenor_llama_layers_f32); kv the whole cache
+    [L, 2, K, slots, E], float32, bf16, or int8 with float32 kv_scales [L, 2, K, slots, 1]; table,
+    lengths, tile: each row's blocks and context length, and the prompt tile, as paged_attention
+    takes them (tile 1 for a decode step)."""
     rows, dim = x.shape
     num_layers, _, kv_heads, num_slots, head_dim = kv.shape
     threads = torch.get_num_threads()
