@@ -479,20 +479,21 @@ void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t 
                             int64_t max_len, int64_t tile, float eps, int64_t threads, int64_t gemm_min_rows) {
     const int64_t width = (H + 2 * K) * E, layer_kv = 2 * K * num_slots * E * (kv_bits / 8); /* bytes */
     /* the integer GEMM past the decode kernel's rows, and from gemm_min_rows where a linear has its
-     * form (a nonzero pointer), as DecodeKernel.decoding chooses for a decode step */
-    const int gemm_rows = R >= gemm_min_rows;
+     * form (a nonzero pointer), as DecodeKernel.decoding chooses for a decode step; x's quantized
+     * copy wherever a linear may take it */
+    const int all_gemm = R > DECODE_MAX_ROWS, gemm_rows = R >= gemm_min_rows;
     int64_t widest = F > D ? F : D; /* the widest input a linear quantizes for the GEMM, int16 at most */
     widest = widest > H * E ? widest : H * E;
     float *h = malloc(sizeof(float) * R * D), *qkv = malloc(sizeof(float) * R * width);
     float *q = malloc(sizeof(float) * R * H * E), *attn = malloc(sizeof(float) * R * H * E);
     float *gate_up = malloc(sizeof(float) * R * 2 * F), *act = malloc(sizeof(float) * R * F);
     float *delta = malloc(sizeof(float) * R * D);
-    uint8_t *xq = gemm_rows ? malloc((size_t)(R * widest * 2 + 8 * R * (widest / 32))) : NULL;
+    uint8_t *xq = all_gemm || gemm_rows ? malloc((size_t)(R * widest * 2 + 8 * R * (widest / 32))) : NULL;
     for (int64_t l = 0; l < L; l++) {
         const int64_t *w = weights + l * 34;
 #define W_F32(i) ((const float *)(intptr_t)w[i])
 #define LINEAR(j, in, IN, out, OUT)                                                                                  \
-    if (R > DECODE_MAX_ROWS || (gemm_rows && w[18 + 4 * (j)] != 0))                                                 \
+    if (all_gemm || (gemm_rows && w[18 + 4 * (j)] != 0))                                                           \
         tenor_int8_gemm_f32(in, (const uint8_t *)(intptr_t)w[18 + 4 * (j)], w[19 + 4 * (j)], W_F32(20 + 4 * (j)),  \
                             W_F32(21 + 4 * (j)), NULL, out, xq, R, IN, OUT, threads);                              \
     else                                                                                                            \
