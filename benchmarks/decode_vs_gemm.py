@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quantize", default="auto", help="as `tenor serve --quantize`")
     parser.add_argument("--as-cpu", choices=("avx2", "avx512"), help="run the code such a CPU runs (cpu_proxy.py)")
     args = parser.parse_args(argv)
+    rows_list = [int(r) for r in args.rows.split(",")]
+    if not all(1 <= r <= 8 for r in rows_list):
+        parser.error(f"--rows takes rows from 1 to 8 (the decode kernel's), got {args.rows}")
     if args.as_cpu:
         narrow_to(args.as_cpu)
     from tenor import registry
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name}: no integer GEMM form here ({type(kernel).__name__})")
             continue
         gemm = kernel.batched.weights
-        for rows in (int(r) for r in args.rows.split(",")):
+        for rows in rows_list:
             x = torch.randn(rows, linear.in_features)
 
             def decode(x: torch.Tensor = x, kernel: DecodeKernel = kernel) -> torch.Tensor:

@@ -67,10 +67,10 @@ def _instrument() -> None:
 def _timed_linear(name: str) -> None:
     forward = getattr(layers.ParallelLinear, name)
 
-    def linear(self, x):
+    def linear(self, x, *args, **kwargs):
         start = time.perf_counter()
         try:
-            return forward(self, x)
+            return forward(self, x, *args, **kwargs)
         finally:
             PARTS["lm_head" if self.out_features > 10000 else "linear"] += time.perf_counter() - start
 
