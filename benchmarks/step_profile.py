@@ -1,8 +1,9 @@
 """Where a serving engine step's time goes, in process (no HTTP): a closed loop of C streams over
 the benchmark's prompt set through the default model, then the mean time per step of each part
-(linears, the LM head, attention, norms, rotary + KV write, SiLU, or every layer at once where the
-step runs fused) for pure decode steps of at
-least C - 2 rows and for steps that carry prompt chunks.
+(linears, the LM head, attention, norms, rotary + KV write, SiLU; where the step runs fused, every
+layer at once and each kind of op within it, "fused ...") for pure decode steps of at least C - 2
+rows and for steps that carry prompt chunks. It starts once the KV cache's pages are faulted in,
+as a served benchmark does.
 
     python benchmarks/step_profile.py [--concurrency 32] [--prompts 64] [--max-tokens 128]
                                       [--as-cpu avx2|avx512]
@@ -28,10 +29,12 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import torch  # noqa: E402
+
 import tenor.models.layers as layers  # noqa: E402
 import tenor.models.llama as llama  # noqa: E402
 from benchmarks.cpu_proxy import narrow_to  # noqa: E402
-from tenor import registry  # noqa: E402
+from tenor import hugepages, registry  # noqa: E402
 from tenor.bench.metrics import percentile  # noqa: E402
 from tenor.bench.prompts import make_prompts  # noqa: E402
 from tenor.engine.api import GenerateRequest, SamplingParams  # noqa: E402
@@ -59,9 +62,26 @@ def _instrument() -> None:
     _timed(llama, "silu_mul", "silu_mul")
     _timed(llama, "paged_attention", "attention")
     _timed(llama.native, "rotary_kv_write", "rotary_kv_write")
-    _timed(llama.native, "llama_layers", "fused_layers")  # a step's layers in one call, where it fuses
+    _timed_fused_layers()
     for name in ("forward", "forward_bf16"):  # the float32 and the bf16-out entry of every linear
         _timed_linear(name)
+
+
+def _timed_fused_layers() -> None:
+    """A fused step's layers (one call, where the step fuses) and, within it, each kind of op."""
+    inner = llama.native.llama_layers
+
+    def fused(*args, **kwargs):
+        op_seconds = torch.zeros(len(llama.native.FUSED_OPS), dtype=torch.float64)
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs, op_seconds=op_seconds)
+        finally:
+            PARTS["fused_layers"] += time.perf_counter() - start
+            for name, seconds in zip(llama.native.FUSED_OPS, op_seconds.tolist()):
+                PARTS[f"fused {name}"] += seconds
+
+    llama.native.llama_layers = fused
 
 
 def _timed_linear(name: str) -> None:
@@ -83,6 +103,9 @@ async def _run(args: argparse.Namespace) -> None:
     )
     engine = LLMEngine(servable, None, EngineOptions(max_num_batched_tokens=args.max_num_batched_tokens))
     await engine.start()
+    # A served benchmark starts long after the KV cache's pages are faulted in (tenor/hugepages.py);
+    # timed before that, the first writes to each page stall on the kernel's zeroing.
+    hugepages.wait_for_background()
     print(engine.stats().runtime)
     prompts = [tuple(engine.tokenizer.encode(p)) for p in make_prompts(args.prompts)]
     steps: dict[str, list[float]] = collections.defaultdict(list)

@@ -471,12 +471,14 @@ static void add_in_place(float *x, const float *delta, int64_t n, int64_t thread
  *           one with scales kv_scales [L, 2, K, slots] (else NULL); cos, sin [R, E]; slots [R]
  *   table, lengths, tile: each row's blocks [R, N] and context length [R] (including its own
  *           token), and the prompt tile, as tenor_paged_attention takes them
- *   scores  tenor_paged_attention's scratch for that tile */
+ *   scores  tenor_paged_attention's scratch for that tile
+ *   op_seconds  NULL, or [10] float64 that each kind of op's wall time is added to (see below) */
 void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t kv_bits, float *kv_scales,
                             const float *cos, const float *sin, const int64_t *slots, const int64_t *table,
                             const int64_t *lengths, float *scores, int64_t R, int64_t L, int64_t D, int64_t H,
                             int64_t K, int64_t E, int64_t F, int64_t N, int64_t block_size, int64_t num_slots,
-                            int64_t max_len, int64_t tile, float eps, int64_t threads, int64_t gemm_min_rows) {
+                            int64_t max_len, int64_t tile, float eps, int64_t threads, int64_t gemm_min_rows,
+                            double *op_seconds) {
     const int64_t width = (H + 2 * K) * E, layer_kv = 2 * K * num_slots * E * (kv_bits / 8); /* bytes */
     /* the integer GEMM past the decode kernel's rows, and from gemm_min_rows where a linear has its
      * form (a nonzero pointer), as DecodeKernel.decoding chooses for a decode step; x's quantized
@@ -489,6 +491,17 @@ void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t 
     float *gate_up = malloc(sizeof(float) * R * 2 * F), *act = malloc(sizeof(float) * R * F);
     float *delta = malloc(sizeof(float) * R * D);
     uint8_t *xq = all_gemm || gemm_rows ? malloc((size_t)(R * widest * 2 + 8 * R * (widest / 32))) : NULL;
+    /* Given op_seconds, each kind of op's wall time over the layers is added to its entry, in the
+     * order of native.FUSED_OPS (benchmarks/step_profile.py prints them): a clock read an op, ~10 us
+     * a step in all. */
+    double clock = op_seconds ? omp_get_wtime() : 0.0;
+#define TIMED(op)                       \
+    if (op_seconds) {                   \
+        const double now = omp_get_wtime(); \
+        op_seconds[op] += now - clock;  \
+        clock = now;                    \
+    }
+    enum { RMS_NORM, QKV, ROTARY_KV_WRITE, Q_COPY, ATTENTION, O, RESIDUAL_ADD, GATE_UP, SILU_MUL, DOWN };
     for (int64_t l = 0; l < L; l++) {
         const int64_t *w = weights + l * 34;
 #define W_F32(i) ((const float *)(intptr_t)w[i])
@@ -502,23 +515,36 @@ void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t 
         char *kc = (char *)kv + l * layer_kv, *vc = kc + layer_kv / 2;
         float *ks = kv_scales ? kv_scales + l * 2 * K * num_slots : NULL, *vs = ks ? ks + K * num_slots : NULL;
         tenor_rms_norm_f32(x, W_F32(0), h, R, D, eps, threads);
+        TIMED(RMS_NORM);
         LINEAR(0, h, D, qkv, width);
+        TIMED(QKV);
         tenor_rotary_kv_write_f32(qkv, cos, sin, kc, vc, ks, vs, slots, R, H, K, E, num_slots, kv_bits, threads);
+        TIMED(ROTARY_KV_WRITE);
 #pragma omp parallel for schedule(static) num_threads(threads) if (R * H * E >= PARALLEL_MIN_FLOATS)
         for (int64_t r = 0; r < R; r++)
             for (int64_t i = 0; i < H * E; i++) q[r * H * E + i] = qkv[r * width + i];
+        TIMED(Q_COPY);
         tenor_paged_attention(q, kc, vc, ks, vs, kv_bits, table, lengths, attn, scores, R, H, K, E, N,
                               block_size, num_slots, max_len, 1.0f / sqrtf((float)E), tile, threads);
+        TIMED(ATTENTION);
         LINEAR(1, attn, H * E, delta, D);
+        TIMED(O);
         add_in_place(x, delta, R * D, threads);
+        TIMED(RESIDUAL_ADD);
         tenor_rms_norm_f32(x, W_F32(1), h, R, D, eps, threads);
+        TIMED(RMS_NORM);
         LINEAR(2, h, D, gate_up, 2 * F);
+        TIMED(GATE_UP);
         tenor_silu_mul_f32(gate_up, act, R, F, threads);
+        TIMED(SILU_MUL);
         LINEAR(3, act, F, delta, D);
+        TIMED(DOWN);
         add_in_place(x, delta, R * D, threads);
+        TIMED(RESIDUAL_ADD);
 #undef W_F32
 #undef LINEAR
     }
+#undef TIMED
     free(xq);
     free(h);
     free(qkv);

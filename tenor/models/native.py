@@ -107,7 +107,7 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tenor_paged_attention.argtypes = PAGED_ATTENTION_ARGTYPES
     lib.tenor_block_linear_f32.argtypes = [_PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64]
     lib.tenor_rotary_kv_write_f32.argtypes = [_PTR] * 8 + [_I64] * 7
-    lib.tenor_llama_layers_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 7 + [_I64] * 12 + [_F32, _I64, _I64]
+    lib.tenor_llama_layers_f32.argtypes = [_PTR] * 3 + [_I64] + [_PTR] * 7 + [_I64] * 12 + [_F32, _I64, _I64, _PTR]
     lib.tenor_int8_gemm_f32.argtypes = [_PTR] * 2 + [_I64] + [_PTR] * 5 + [_I64] * 4
     lib.tenor_int8_gemm_simd.argtypes, lib.tenor_int8_gemm_simd.restype = [], _I64
     lib.tenor_int8_gemm_fixed_steps.argtypes, lib.tenor_int8_gemm_fixed_steps.restype = [], _I64
@@ -376,6 +376,13 @@ def int8_gemm(x: torch.Tensor, weights: Int8GemmWeights, bias: torch.Tensor | No
     return out
 
 
+# What llama_layers' op_seconds times, in tenor_llama_layers_f32's order (each summed over the layers).
+FUSED_OPS = (
+    *("rms_norm", "qkv", "rotary_kv_write", "q_copy", "attention"),
+    *("o", "residual_add", "gate_up", "silu_mul", "down"),
+)
+
+
 def llama_layers(
     x: torch.Tensor,
     layer_weights: torch.Tensor,
@@ -394,6 +401,7 @@ def llama_layers(
     eps: float,
     kv_scales: torch.Tensor | None = None,
     gemm_min_rows: int = INT8_MAX_ROWS + 1,
+    op_seconds: torch.Tensor | None = None,
 ) -> None:
     """Every Llama layer of a step in one call, x [R, D] float32 in place: up to INT8_MAX_ROWS rows
     on the decode kernel, more on the integer GEMM, and from `gemm_min_rows` rows each linear that
@@ -401,7 +409,11 @@ def llama_layers(
     int64: each layer's weight pointers and bits (see tenor_llama_layers_f32); kv the whole cache
     [L, 2, K, slots, E], float32, bf16, or int8 with float32 kv_scales [L, 2, K, slots, 1]; table,
     lengths, tile: each row's blocks and context length, and the prompt tile, as paged_attention
-    takes them (tile 1 for a decode step)."""
+    takes them (tile 1 for a decode step). Given op_seconds (float64 [len(FUSED_OPS)]), each kind of
+    op's wall time over the layers is added to it."""
+    wanted = (len(FUSED_OPS),)
+    if op_seconds is not None and (op_seconds.dtype != torch.float64 or tuple(op_seconds.shape) != wanted):
+        raise ValueError(f"op_seconds must be float64 {list(wanted)}, got {op_seconds.dtype} {list(op_seconds.shape)}")
     rows, dim = x.shape
     num_layers, _, kv_heads, num_slots, head_dim = kv.shape
     threads = torch.get_num_threads()
@@ -433,4 +445,5 @@ def llama_layers(
         eps,
         threads,
         gemm_min_rows,
+        None if op_seconds is None else _ptr(op_seconds),
     )

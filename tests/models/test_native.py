@@ -491,6 +491,35 @@ def test_fused_llama_steps_match_the_layer_by_layer_path(monkeypatch, quantize, 
 
 
 @needs_native
+def test_a_fused_step_times_each_kind_of_op_when_asked_and_computes_the_same(monkeypatch):
+    """op_seconds (benchmarks/step_profile.py's view inside a fused step) only reads the clock: each
+    step run again without it gives the same bits, and every kind of op took some time."""
+    from tenor import registry
+    from tenor.engine.options import EngineOptions
+
+    fused_layers = native.llama_layers
+    totals = torch.zeros(len(native.FUSED_OPS), dtype=torch.float64)
+    steps: list[int] = []
+
+    def timed_and_again(x, *args, **kwargs):
+        again = x.clone()
+        op_seconds = torch.zeros(len(native.FUSED_OPS), dtype=torch.float64)
+        fused_layers(x, *args, **kwargs, op_seconds=op_seconds)
+        fused_layers(again, *args, **kwargs)  # the same k/v to the same slots
+        assert torch.equal(x, again)
+        totals.add_(op_seconds)
+        steps.append(x.shape[0])
+
+    monkeypatch.setattr(native, "llama_layers", timed_and_again)
+    servable = registry.get("test.TinyLlamaRandom").with_overrides(quantize="int8a8", max_batch_size=16)
+    _run_streams(servable, EngineOptions(warmup=False), [tuple(range(5, 30)), tuple(range(7, 19))], max_tokens=6)
+    assert len(steps) >= 6 and max(steps) > native.INT8_MAX_ROWS  # decode steps and a prompt step
+    assert all(seconds > 0 for seconds in totals.tolist()), dict(zip(native.FUSED_OPS, totals.tolist()))
+    with pytest.raises(ValueError, match="op_seconds must be float64"):
+        fused_layers(*([None] * 15), op_seconds=torch.zeros(3))
+
+
+@needs_native
 def test_big_batches_keep_bf16_between_their_gemms_and_give_the_same_numbers(monkeypatch):
     """Where big batches run as bf16 GEMMs, the MLP's activation and the residual adds take the
     GEMMs' bf16 output as it is; every layer's output equals the path through float32 exactly."""
