@@ -312,8 +312,8 @@ def block_linear(
     uint8 [OUT, IN / 2] (bits 4) -> [R, OUT]. x is quantized to int16 per block of 32 inside the
     kernel (see tenor_block_linear_f32)."""
     rows, out_features = x.shape[0], weight.shape[0]
-    if not 1 <= rows <= INT8_MAX_ROWS:  # the kernel keeps a row's sums on its stack
-        raise ValueError(f"block_linear takes 1..{INT8_MAX_ROWS} rows, got {rows}")
+    if rows > INT8_MAX_ROWS:  # the kernel keeps each row's sums on its stack
+        raise ValueError(f"block_linear takes up to {INT8_MAX_ROWS} rows, got {rows}")
     out = torch.empty(rows, out_features)
     _built().tenor_block_linear_f32(
         _ptr(x),
