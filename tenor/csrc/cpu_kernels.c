@@ -495,11 +495,11 @@ void tenor_llama_layers_f32(float *x, const int64_t *weights, void *kv, int64_t 
      * order of native.FUSED_OPS (benchmarks/step_profile.py prints them): a clock read an op, ~10 us
      * a step in all. */
     double clock = op_seconds ? omp_get_wtime() : 0.0;
-#define TIMED(op)                       \
-    if (op_seconds) {                   \
-        const double now = omp_get_wtime(); \
-        op_seconds[op] += now - clock;  \
-        clock = now;                    \
+#define TIMED(op)                               \
+    if (op_seconds) {                           \
+        const double now = omp_get_wtime();     \
+        op_seconds[op] += now - clock;          \
+        clock = now;                            \
     }
     enum { RMS_NORM, QKV, ROTARY_KV_WRITE, Q_COPY, ATTENTION, O, RESIDUAL_ADD, GATE_UP, SILU_MUL, DOWN };
     for (int64_t l = 0; l < L; l++) {

@@ -412,8 +412,11 @@ def llama_layers(
     takes them (tile 1 for a decode step). Given op_seconds (float64 [len(FUSED_OPS)]), each kind of
     op's wall time over the layers is added to it."""
     wanted = (len(FUSED_OPS),)
-    if op_seconds is not None and (op_seconds.dtype != torch.float64 or tuple(op_seconds.shape) != wanted):
-        raise ValueError(f"op_seconds must be float64 {list(wanted)}, got {op_seconds.dtype} {list(op_seconds.shape)}")
+    if op_seconds is not None and (
+        op_seconds.dtype != torch.float64 or tuple(op_seconds.shape) != wanted or not op_seconds.is_contiguous()
+    ):
+        got = f"{op_seconds.dtype} {list(op_seconds.shape)}"
+        raise ValueError(f"op_seconds must be contiguous float64 {list(wanted)}, got {got}")
     rows, dim = x.shape
     num_layers, _, kv_heads, num_slots, head_dim = kv.shape
     threads = torch.get_num_threads()

@@ -518,7 +518,7 @@ def test_a_fused_step_times_each_kind_of_op_when_asked_and_computes_the_same(mon
     _run_streams(servable, EngineOptions(warmup=False), [tuple(range(5, 30)), tuple(range(7, 19))], max_tokens=6)
     assert len(steps) >= 6 and max(steps) > native.INT8_MAX_ROWS  # decode steps and a prompt step
     assert all(seconds > 0 for seconds in totals.tolist()), dict(zip(native.FUSED_OPS, totals.tolist()))
-    with pytest.raises(ValueError, match="op_seconds must be float64"):
+    with pytest.raises(ValueError, match="op_seconds must be contiguous float64"):
         fused_layers(*([None] * 15), op_seconds=torch.zeros(3))
 
 
