@@ -1,5 +1,5 @@
 """The decode kernel against the integer GEMM on the default model's own block linears, at a few
-rows: where `DecodeKernel.batched_takes` hands rows from one to the other (native.GEMM_MIN_ROWS).
+rows: where `DecodeKernel.decoding` hands a decode step's rows from one to the other (native.GEMM_MIN_ROWS).
 Both kernels are called in turn on the same x, each linear's weights hot in cache (one layer's
 linears and the LM head, as loaded for serving); prints each side's median time, their ratio and
 the largest difference between their outputs relative to the output's largest value (int8 x
@@ -42,9 +42,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quantize", default="auto", help="as `tenor serve --quantize`")
     parser.add_argument("--as-cpu", choices=("avx2", "avx512"), help="run the code such a CPU runs (cpu_proxy.py)")
     args = parser.parse_args(argv)
-    rows_list = [int(r) for r in args.rows.split(",")]
-    if not all(1 <= r <= 8 for r in rows_list):
-        parser.error(f"--rows takes rows from 1 to 8 (the decode kernel's), got {args.rows}")
     if args.as_cpu:
         narrow_to(args.as_cpu)
     from tenor import registry
@@ -55,6 +52,10 @@ def main(argv: list[str] | None = None) -> None:
     from tenor.models.kernels import DecodeKernel, Int8GemmKernel
     from tenor.models.layers import ParallelLinear
     from tenor.models.llama import LlamaBlock, LlamaModel
+
+    rows_list = [int(r) for r in args.rows.split(",")]
+    if not all(1 <= r <= native.INT8_MAX_ROWS for r in rows_list):
+        parser.error(f"--rows takes rows from 1 to {native.INT8_MAX_ROWS} (the decode kernel's), got {args.rows}")
 
     servable = registry.get("llama.SmolLM2_135M_Instruct").with_overrides(quantize=args.quantize)
     model = load_model(servable, None).model
