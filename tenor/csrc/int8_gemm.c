@@ -613,6 +613,10 @@ static inline __attribute__((always_inline)) void gemm_unit(const uint8_t *w, in
     }
 }
 
+/* The most rows that tenor_int8_gemm_f32 hands out in guided grabs (a decode step's, at up to 64
+ * streams); past them, in dynamic ones. */
+#define GUIDED_MAX_ROWS 64
+
 /* out [R, OUT] = x [R, IN] @ W.T (+ bias) for W packed as above (bits 4 or 8); OUT a multiple of
  * 8, IN of 32. scratch: at least R * IN * (bits / 4) + 8 * R * (IN / 32) bytes, for x quantized. */
 void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const float *steps, const float *offsets,
@@ -623,10 +627,20 @@ void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const f
     uint8_t *xq = scratch;
     float *xd = (float *)(scratch + R * IN * es), *xsum = xd + R * nb;
     quantize_rows(x, bits, xq, xd, xsum, R, IN, threads);
-    /* Units go to whichever thread is free, a sixteenth of them at a time: on two cores the
-     * server's other threads (HTTP, the event loop) take turns on one core, and an even split left
-     * the other waiting (served 1.11x a static split on a busy host, benchmarks/RESULTS.md). */
+    /* Units go to whichever thread is free: on two cores the server's other threads (HTTP, the
+     * event loop) take turns on one core, and an even split left the other waiting (served 1.11x a
+     * static split on a busy host, benchmarks/RESULTS.md). Big batches take a sixteenth of the units
+     * at a time. A decode step's few rows make each unit short and the call's fixed costs count:
+     * there guided grabs (half the units, then less and less) keep each thread's run of units long,
+     * as fetch_ahead expects, and its last grab short. Paired in fused steps as AVX2 code on a Zen 4
+     * (benchmarks/fused_step_ab.py): guided 0.960-0.966x the time of a decode step at 32 streams,
+     * but 1.01-1.03x for prompt steps; a 64th at a time, 1.03x and 1.05x. */
     const int64_t grab = units / (8 * threads) > 1 ? units / (8 * threads) : 1;
+    if (R <= GUIDED_MAX_ROWS) {
+#pragma omp parallel for schedule(guided) num_threads(threads)
+        for (int64_t u = 0; u < units; u++) gemm_unit(w, bits, steps, offsets, bias, out, xq, xd, xsum, u, units, R, IN, OUT);
+        return;
+    }
 #pragma omp parallel for schedule(dynamic, grab) num_threads(threads)
     for (int64_t u = 0; u < units; u++) gemm_unit(w, bits, steps, offsets, bias, out, xq, xd, xsum, u, units, R, IN, OUT);
 }
