@@ -634,13 +634,14 @@ void tenor_int8_gemm_f32(const float *x, const uint8_t *w, int64_t bits, const f
      * there guided grabs (half the units, then less and less) keep each thread's run of units long,
      * as fetch_ahead expects, and its last grab short. Paired in fused steps as AVX2 code on a Zen 4
      * (benchmarks/fused_step_ab.py): guided 0.960-0.966x the time of a decode step at 32 streams,
-     * but 1.01-1.03x for prompt steps; a 64th at a time, 1.03x and 1.05x. */
-    const int64_t grab = units / (8 * threads) > 1 ? units / (8 * threads) : 1;
+     * but 1.01-1.03x for prompt steps (the same code against itself: 1.005); a 64th at a time,
+     * 1.03x and 1.05x. */
     if (R <= GUIDED_MAX_ROWS) {
 #pragma omp parallel for schedule(guided) num_threads(threads)
         for (int64_t u = 0; u < units; u++) gemm_unit(w, bits, steps, offsets, bias, out, xq, xd, xsum, u, units, R, IN, OUT);
         return;
     }
+    const int64_t grab = units / (8 * threads) > 1 ? units / (8 * threads) : 1;
 #pragma omp parallel for schedule(dynamic, grab) num_threads(threads)
     for (int64_t u = 0; u < units; u++) gemm_unit(w, bits, steps, offsets, bias, out, xq, xd, xsum, u, units, R, IN, OUT);
 }
