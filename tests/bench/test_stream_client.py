@@ -1,5 +1,4 @@
 import asyncio
-import socket
 
 import httpx
 import pytest
@@ -7,6 +6,7 @@ import pytest
 from tenor.bench.stream_client import RequestParams, build_payload, fetch_model_name, stream_request
 from tenor.errors import UserError
 from tests.bench.fake_sse_server import CHUNKS, FIRST_DELAY_S
+from tests.fakes.cell import free_port
 
 
 def _send(url: str, model: str, endpoint: str = "completions", timeout_s: float = 10.0, max_tokens: int = 16):
@@ -73,10 +73,7 @@ def test_a_silent_server_times_out_instead_of_hanging(fake_server_url):
 
 
 def test_a_refused_connection_is_an_error_not_an_exception():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # closed again at once: nothing listens there
-    record = _send(f"http://127.0.0.1:{port}", "fake")
+    record = _send(f"http://127.0.0.1:{free_port()}", "fake")  # nothing listens there
     assert not record.ok and "ConnectError" in record.error
 
 

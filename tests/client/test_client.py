@@ -5,8 +5,6 @@ Location watching through the admin is covered by tests/integration.
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from tenor.client import ClientOptions, Model
@@ -14,6 +12,7 @@ from tenor.client.client import extra_inputs
 from tenor.client.location import ModelNotFoundError, NoReplicaError, RetryPolicy
 from tenor.engine.api import EngineError, InvalidRequestError
 from tenor.errors import UserError
+from tests.fakes.cell import free_port
 from tests.server.lm_servers import LMServerThread
 
 MODEL = "/tenor/test/lm"
@@ -21,9 +20,7 @@ MODEL = "/tenor/test/lm"
 
 def dead_address() -> str:
     """An address nothing listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    return f"127.0.0.1:{free_port()}"
 
 
 def model(*addresses: str, timeout_s: float = 10.0) -> Model:

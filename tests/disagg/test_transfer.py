@@ -4,7 +4,6 @@ stalled and dead transfers are detected and retried elsewhere or prefilled local
 block leaks on the decode side."""
 
 import asyncio
-import socket
 import time
 
 import grpc
@@ -19,6 +18,7 @@ from tenor.engine.options import EngineOptions
 from tenor.proto import kv_transfer_pb2 as pb
 from tenor.proto import kv_transfer_pb2_grpc as pb_grpc
 from tenor.server.lm_service import ModelNotServedError, ReadyModel
+from tests.fakes.cell import free_port
 
 TINY = registry.get("test.TinyLlamaRandom")
 KEY = "/tenor/test/tiny"
@@ -33,12 +33,6 @@ class OneModel:
         if model_key != KEY:
             raise ModelNotServedError(f"{model_key} is not loaded on this server")
         return ReadyModel(self.engine, True, lambda s: None, lambda: None)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def start_prefill_server(engine, fault=None):

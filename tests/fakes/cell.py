@@ -4,6 +4,7 @@ loopback ports, with short intervals, always killed on exit."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -18,10 +19,24 @@ from tenor.admin.store import open_store
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+# Ports for the servers tests start, below Linux's default range of ephemeral ports (32768-60999).
+# A port the kernel hands out for binding port 0 comes from that range, as does the local port of
+# every outgoing connection, so between a test choosing such a port and its server binding it, a
+# client's connection could take it (the server then exits with "in use").
+_PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on now, outside the ephemeral range."""
+    for _ in range(200):
+        port = random.choice(_PORTS)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {_PORTS.start}-{_PORTS.stop - 1} after 200 tries")
 
 
 def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
@@ -108,7 +123,10 @@ class AdminProcess:
 
     def wait_leader(self, timeout_s: float = 15.0) -> "AdminProcess":
         self._check_alive()
-        wait_until(lambda: self._check_alive() or self.is_leader(), timeout_s, f"admin {self.address} to lead")
+        try:
+            wait_until(lambda: self._check_alive() or self.is_leader(), timeout_s, f"admin {self.address} to lead")
+        except AssertionError as exc:  # what the admin said is what tells why
+            raise AssertionError(f"{exc}; its log:\n{self.output()}") from None
         return self
 
     def wait_serving(self, timeout_s: float = 15.0) -> "AdminProcess":
