@@ -3,6 +3,7 @@ loopback ports, with short intervals, always killed on exit."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
@@ -22,21 +23,24 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # Ports for the servers tests start, below Linux's default range of ephemeral ports (32768-60999).
 # A port the kernel hands out for binding port 0 comes from that range, as does the local port of
 # every outgoing connection, so between a test choosing such a port and its server binding it, a
-# client's connection could take it (the server then exits with "in use").
+# client's connection could take it (the server then exits with "in use"). Handed out in turn from
+# a random start, so that a test process gets no port twice before it has had all 12768 (a
+# fixture often asks for several before starting anything).
 _PORTS = range(20000, 32768)
+_next_port = itertools.count(random.randrange(len(_PORTS)))
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on now, outside the ephemeral range."""
-    for _ in range(200):
-        port = random.choice(_PORTS)
+    """A loopback port nothing listens on now, outside the ephemeral range, new to this process."""
+    for _ in range(len(_PORTS)):
+        port = _PORTS[next(_next_port) % len(_PORTS)]
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free loopback port in {_PORTS.start}-{_PORTS.stop - 1} after 200 tries")
+    raise RuntimeError(f"no free loopback port in {_PORTS.start}-{_PORTS.stop - 1}")
 
 
 def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
