@@ -48,19 +48,28 @@ static inline void denormals_restore(unsigned saved) {
  * above 88.4 (where e^x nears float's top), +inf, so silu(-huge) is -0 as it should be.
  * Trapping math off as in its callers: then it inlines into their simd loops; without, they called
  * its simd clone, whose clamps gcc keeps scalar below AVX-512 (SiLU and softmax 5x slower on AVX2). */
+/* a * b + c, fused where the build has FMA: gcc does not contract the plain form under -std=c99,
+ * and fast_expf's polynomial took two instructions a term. Fused, tenor_silu_mul_f32 at 480 x 1536
+ * took 0.94x the time as AVX2 code and 0.82-0.91x as AVX-512 on a Zen 4, its outputs within 3e-8
+ * of the unfused ones (relative). */
+#ifdef __FMA__
+#define MUL_ADD(a, b, c) __builtin_fmaf(a, b, c)
+#else
+#define MUL_ADD(a, b, c) ((a) * (b) + (c))
+#endif
 #pragma omp declare simd
 __attribute__((optimize("no-trapping-math"))) static inline float fast_expf(float x) {
     x = x < -87.3f ? -87.3f : (x > 89.0f ? 89.0f : x);
     const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    float r = x - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
+    float r = MUL_ADD(-n, 0.693359375f, x);
+    r = MUL_ADD(n, 2.12194440e-4f, r);
     float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    p = MUL_ADD(p, r, 1.3981999507e-3f);
+    p = MUL_ADD(p, r, 8.3334519073e-3f);
+    p = MUL_ADD(p, r, 4.1665795894e-2f);
+    p = MUL_ADD(p, r, 1.6666665459e-1f);
+    p = MUL_ADD(p, r, 5.0000001201e-1f);
+    p = MUL_ADD(p, r * r, r) + 1.0f;
     union { int32_t i; float f; } scale;
     scale.i = ((int32_t)n + 127) << 23;
     return p * scale.f;
