@@ -42,12 +42,6 @@ static inline void denormals_restore(unsigned saved) {
 #endif
 }
 
-/* e^x in float32 without libm, written so the compiler vectorizes it inside `omp simd` loops
- * (glibc's expf stays scalar unless built with -ffast-math): Cody-Waite reduction by ln 2 and
- * Cephes' degree-6 polynomial, about 1 ulp on [-87.3, 88.3]. Below, e^-87.3 (no subnormals);
- * above 88.4 (where e^x nears float's top), +inf, so silu(-huge) is -0 as it should be.
- * Trapping math off as in its callers: then it inlines into their simd loops; without, they called
- * its simd clone, whose clamps gcc keeps scalar below AVX-512 (SiLU and softmax 5x slower on AVX2). */
 /* a * b + c, fused where the build has FMA: gcc does not contract the plain form under -std=c99,
  * and fast_expf's polynomial took two instructions a term. Fused, tenor_silu_mul_f32 at 480 x 1536
  * took 0.94x the time as AVX2 code and 0.82-0.91x as AVX-512 on a Zen 4, its outputs within 3e-8
@@ -57,6 +51,13 @@ static inline void denormals_restore(unsigned saved) {
 #else
 #define MUL_ADD(a, b, c) ((a) * (b) + (c))
 #endif
+
+/* e^x in float32 without libm, written so the compiler vectorizes it inside `omp simd` loops
+ * (glibc's expf stays scalar unless built with -ffast-math): Cody-Waite reduction by ln 2 and
+ * Cephes' degree-6 polynomial, about 1 ulp on [-87.3, 88.3]. Below, e^-87.3 (no subnormals);
+ * above 88.4 (where e^x nears float's top), +inf, so silu(-huge) is -0 as it should be.
+ * Trapping math off as in its callers: then it inlines into their simd loops; without, they called
+ * its simd clone, whose clamps gcc keeps scalar below AVX-512 (SiLU and softmax 5x slower on AVX2). */
 #pragma omp declare simd
 __attribute__((optimize("no-trapping-math"))) static inline float fast_expf(float x) {
     x = x < -87.3f ? -87.3f : (x > 89.0f ? 89.0f : x);
