@@ -1,11 +1,12 @@
-"""Real admin server processes for tests: `python -m tenor.cli.main admin serve` on free
-loopback ports, with short intervals, always killed on exit."""
+"""Real server processes for tests: `python -m tenor.cli.main admin serve` (and the base that
+model-server processes share), on loopback ports they bind themselves, always killed on exit."""
 
 from __future__ import annotations
 
 import itertools
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
 from tenor.admin.naming import parse_cell_name
 from tenor.admin.store import open_store
@@ -31,7 +33,10 @@ _next_port = itertools.count(random.randrange(len(_PORTS)))
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on now, outside the ephemeral range, new to this process."""
+    """A loopback port nothing listens on now, outside the ephemeral range, new to this process.
+
+    For what must be told its port before it starts (etcd, a torch.distributed group's leader)
+    and for addresses nothing should answer at; tenor's own servers bind port 0 instead."""
     for _ in range(len(_PORTS)):
         port = _PORTS[next(_next_port) % len(_PORTS)]
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -55,8 +60,102 @@ def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05)
         time.sleep(interval_s)
 
 
-class AdminProcess:
-    """One `tenor admin serve` process. Use as a context manager (killed on exit)."""
+class ServedProcess:
+    """A `tenor ... serve` process that binds port 0 and is known by the addresses it prints.
+
+    Choosing a port first and passing it in leaves a window in which another process can take
+    it; a server that binds port 0 cannot lose its port that way. Its `address` is the one its
+    banner line names, so reading it waits until the process serves. Use as a context manager
+    (killed on exit)."""
+
+    kind = "server"
+    # group 1: the gRPC address; group 2: the HTTP address, where the process has one.
+    banner: re.Pattern[str]
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.args = args
+        self.env = env if env is not None else {**os.environ, "PYTHONPATH": _with_repo(os.environ)}
+        self._log = tempfile.NamedTemporaryFile(prefix=f"tenor-{self.kind}-", suffix=".log", delete=False)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._banner: re.Match[str] | None = None
+
+    def start(self) -> Self:
+        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=self.env)
+        return self
+
+    def output(self) -> str:
+        return Path(self._log.name).read_text(errors="replace")
+
+    def _banner_line(self) -> re.Match[str] | None:
+        # Kept once read: the addresses stay the process's after it dies (tests kill it and then
+        # ask where it was).
+        if self._banner is None:
+            self._banner = self.banner.search(self.output())
+        return self._banner
+
+    def printed_address(self) -> str | None:
+        """The gRPC address, once the banner is out; None before (never waits)."""
+        found = self._banner_line()
+        return found.group(1) if found else None
+
+    def _wait_banner(self, timeout_s: float = 60.0) -> re.Match[str]:
+        try:
+            return wait_until(
+                lambda: self._banner_line() or self._check_alive(), timeout_s, f"the {self.kind} to serve"
+            )
+        except AssertionError as exc:  # what the process said is what tells why
+            raise AssertionError(f"{exc}; its log:\n{self.output()}") from None
+
+    @property
+    def address(self) -> str:
+        return self._wait_banner().group(1)
+
+    @property
+    def http_address(self) -> str:
+        http = self._wait_banner().group(2)
+        if http is None:
+            raise AssertionError(f"the {self.kind} serves no HTTP; its banner:\n{self.output()}")
+        return http
+
+    @property
+    def http_port(self) -> int:
+        return int(self.http_address.rsplit(":", 1)[1])
+
+    def _check_alive(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"{self.kind} exited with {self.proc.returncode}:\n{self.output()}")
+        return False
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as in a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def terminate(self, timeout_s: float = 10.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout_s)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+        self._log.close()
+        os.unlink(self._log.name)
+
+
+def _with_repo(env: dict[str, str] | os._Environ[str]) -> str:
+    return str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+
+
+class AdminProcess(ServedProcess):
+    """One `tenor admin serve` process, with short intervals."""
+
+    kind = "admin"
+    banner = re.compile(r"^tenor admin: serving \S+ on (\S+?)(?:, status page http://(\S+?)/)? \(root", re.MULTILINE)
 
     def __init__(
         self,
@@ -73,10 +172,7 @@ class AdminProcess:
     ) -> None:
         self.root = root
         self.cell = cell
-        self.port = free_port()
-        self.http_port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.args = [
+        args = [
             sys.executable,
             "-m",
             "tenor.cli.main",
@@ -87,9 +183,9 @@ class AdminProcess:
             "--root",
             root,
             "--port",
-            str(self.port),
+            "0",
             "--http-port",
-            str(self.http_port),
+            "0",
             "--poll-interval",
             str(poll_interval),
             "--prune-after",
@@ -105,61 +201,28 @@ class AdminProcess:
             *extra_args,
         ]
         if etcd_ttl is not None:
-            self.args += ["--etcd-ttl", str(etcd_ttl)]
-        self._log = tempfile.NamedTemporaryFile(prefix="tenor-admin-", suffix=".log", delete=False)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> "AdminProcess":
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env)
-        return self
-
-    def output(self) -> str:
-        return Path(self._log.name).read_text(errors="replace")
+            args += ["--etcd-ttl", str(etcd_ttl)]
+        super().__init__(args)
 
     def is_leader(self) -> bool:
+        address = self.printed_address()
+        if address is None:
+            return False
         store = open_store(self.root, parse_cell_name(self.cell))
         try:
             location = store.read_location()
         finally:
             store.close()
-        return location is not None and location.address == self.address and "leading" in self.output()
+        return location is not None and location.address == address and "leading" in self.output()
 
     def wait_leader(self, timeout_s: float = 15.0) -> "AdminProcess":
         self._check_alive()
         try:
-            wait_until(lambda: self._check_alive() or self.is_leader(), timeout_s, f"admin {self.address} to lead")
+            wait_until(lambda: self._check_alive() or self.is_leader(), timeout_s, "the admin to lead")
         except AssertionError as exc:  # what the admin said is what tells why
             raise AssertionError(f"{exc}; its log:\n{self.output()}") from None
         return self
 
     def wait_serving(self, timeout_s: float = 15.0) -> "AdminProcess":
-        wait_until(
-            lambda: self._check_alive() or "serving" in self.output(), timeout_s, f"admin {self.address} to serve"
-        )
+        self._wait_banner(timeout_s)
         return self
-
-    def _check_alive(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"admin exited with {self.proc.returncode}:\n{self.output()}")
-        return False
-
-    def kill(self) -> None:
-        """SIGKILL: no cleanup, as in a crash."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def terminate(self, timeout_s: float = 10.0) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout_s)
-
-    def __enter__(self) -> "AdminProcess":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill()
-        self._log.close()
-        os.unlink(self._log.name)

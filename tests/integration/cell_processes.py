@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from tenor.auth.tls import TlsFiles
 from tenor.client import ClientOptions, Model
 from tenor.client.admin_client import AdminClient
 from tenor.proto import common_pb2, modelet_pb2, modelet_pb2_grpc
-from tests.fakes.cell import REPO_ROOT, AdminProcess, free_port, wait_until
+from tests.fakes.cell import REPO_ROOT, AdminProcess, ServedProcess, wait_until
 from tests.fakes.tls import make_tls, tls_flags
 from tests.fakes.token import bearer
 
@@ -49,14 +50,15 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-class ModelServerProcess:
-    """One `tenor model-server serve` process on a free loopback port."""
+class ModelServerProcess(ServedProcess):
+    """One `tenor model-server serve` process; add flags to `args` before entering it."""
+
+    kind = "model-server"
+    banner = re.compile(r"^model server for \S+ serving on (\S+?)(?:, http (\S+))?$", re.MULTILINE)
 
     def __init__(self, root: str, cell: str) -> None:
         self.root, self.cell = root, cell
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.args = [
+        args = [
             sys.executable,
             "-m",
             "tenor.cli.main",
@@ -67,35 +69,14 @@ class ModelServerProcess:
             "--root",
             root,
             "--port",
-            str(self.port),
+            "0",
             "--rejoin-interval",
             "0.3",
             "--drain-timeout",
             "2",
             *tls_flags(cell_tls()),
         ]
-        self._log = tempfile.NamedTemporaryFile(prefix="tenor-model-server-", suffix=".log", delete=False)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> "ModelServerProcess":
-        self.proc = subprocess.Popen(
-            self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=child_env()
-        )
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill()
-        self._log.close()
-        os.unlink(self._log.name)
-
-    def output(self) -> str:
-        return Path(self._log.name).read_text(errors="replace")
-
-    def kill(self) -> None:
-        """SIGKILL, as in a crash."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        super().__init__(args, env=child_env())
 
     def states(self) -> dict[str, modelet_pb2.ModelState]:
         """What the server itself says it holds, straight from its Modelet service."""

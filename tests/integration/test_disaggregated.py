@@ -17,7 +17,7 @@ import grpc
 import httpx
 
 from tenor.proto import lm_pb2, lm_pb2_grpc
-from tests.fakes.cell import free_port, wait_until
+from tests.fakes.cell import wait_until
 from tests.fakes.token import bearer
 from tests.integration.cell_processes import (
     CONFIG,
@@ -55,14 +55,13 @@ def metric(http: str, name: str, path: str = "/metrics") -> float:
 def test_prefill_server_killed_mid_traffic_fails_no_request_and_leaks_no_block(tmp_path):
     root = f"file://{tmp_path}"
     with running_cell(root, CELL, num_admins=1, num_servers=2) as cell:
-        http_port = free_port()
         decode = ModelServerProcess(root, CELL)
-        decode.args += ["--http-port", str(http_port), "--prefill-from", ",".join(s.address for s in cell.servers)]
+        decode.args += ["--http-port", "0", "--prefill-from", ",".join(s.address for s in cell.servers)]
         with decode:
             published = run_cli(root, "publish", MODEL, CONFIG, "None", "3")
             assert published.returncode == 0, published.stderr
             cell.wait_replicas(MODEL, 3)
-            http = f"127.0.0.1:{http_port}"
+            http = decode.http_address
             interleaved = generate(root, cell.servers[0].address, PROMPT + "one")
             assert generate(root, decode.address, PROMPT + "one") == interleaved
             failures: list[str] = []
@@ -103,11 +102,10 @@ def test_admin_places_prefill_and_decode_replicas_and_clients_reach_the_decode_o
     greedy = {"per_example_max_decode_steps": 8, "temperature": 0.0}
     with running_cell(root, CELL, num_admins=1, num_servers=0) as cell:
         servers = [ModelServerProcess(root, CELL) for _ in range(2)]
-        http = {}
         for server in servers:
-            http[server.address] = f"127.0.0.1:{free_port()}"
-            server.args += ["--http-port", http[server.address].rsplit(":", 1)[1]]
+            server.args += ["--http-port", "0"]
         with servers[0], servers[1]:
+            http = {server.address: server.http_address for server in servers}
             published = run_cli(
                 root,
                 "publish",
