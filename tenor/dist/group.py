@@ -17,10 +17,20 @@ from tenor.dist.spec import GroupSpec
 from tenor.errors import UserError
 
 
+def leader_store(host: str, join_timeout_s: float) -> dist.TCPStore:
+    """Rank 0's rendezvous store on a port of the system's choosing (its `port` says which), for
+    a leader that starts its own workers: the port is bound before any worker is told it, so
+    nothing else can take it in between."""
+    return dist.TCPStore(
+        host, 0, is_master=True, timeout=datetime.timedelta(seconds=join_timeout_s), wait_for_workers=False
+    )
+
+
 class Group:
     """The joined process group. One thread drives it (collectives run in the same order on every rank)."""
 
-    def __init__(self, spec: GroupSpec) -> None:
+    def __init__(self, spec: GroupSpec, store: dist.TCPStore | None = None) -> None:
+        """`store`: the leader's store, where rank 0 opened it already (see `leader_store`)."""
         self.spec = spec
         self.rank, self.size = spec.rank, spec.size
         self.device = torch.device(spec.device)
@@ -29,18 +39,19 @@ class Group:
         if spec.device == "cuda":
             torch.cuda.set_device(spec.rank % torch.cuda.device_count())
         join_timeout = datetime.timedelta(seconds=spec.join_timeout_s)
-        try:
-            # Our own store first: each rank claims its index, so two processes given the same
-            # rank are told so at once instead of corrupting the rendezvous.
-            store = dist.TCPStore(
-                spec.leader_host,
-                spec.leader_port,
-                is_master=spec.is_leader,
-                timeout=join_timeout,
-                wait_for_workers=False,
-            )
-        except Exception as exc:
-            raise GroupError(_join_error(spec, exc)) from None
+        if store is None:
+            try:
+                # Our own store first: each rank claims its index, so two processes given the
+                # same rank are told so at once instead of corrupting the rendezvous.
+                store = dist.TCPStore(
+                    spec.leader_host,
+                    spec.leader_port,
+                    is_master=spec.is_leader,
+                    timeout=join_timeout,
+                    wait_for_workers=False,
+                )
+            except Exception as exc:
+                raise GroupError(_join_error(spec, exc)) from None
         if store.add(f"tenor/rank/{spec.rank}", 1) != 1:
             raise GroupError(
                 f"rank {spec.rank} is already taken in the group at {spec.leader_host}:{spec.leader_port} "

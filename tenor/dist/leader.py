@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed import TCPStore
 
 from tenor.dist import messages
 from tenor.dist.group import Group, GroupError
@@ -96,11 +97,11 @@ class GroupLeader:
 
     HEARTBEAT_S = 1.0
 
-    def __init__(self, spec: GroupSpec) -> None:
+    def __init__(self, spec: GroupSpec, store: TCPStore | None = None) -> None:
         if not spec.is_leader:
             raise ValueError("GroupLeader runs on rank 0")
         self.spec = spec
-        self.group: Group | None = Group(spec)  # waits for every rank (join timeout)
+        self.group: Group | None = Group(spec, store)  # waits for every rank (join timeout)
         self.broken = False
         self.local_kv_heads = 0
         self._lock = threading.Lock()

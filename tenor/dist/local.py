@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,11 +17,8 @@ from dataclasses import dataclass
 from tenor.dist.spec import GroupSpec
 from tenor.errors import UserError
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+LOCAL_HOST = "127.0.0.1"
+JOIN_TIMEOUT_S = 120.0  # the workers start Python and import torch before they join
 
 
 def threads_per_rank(size: int, cores: int | None = None) -> int:
@@ -52,12 +48,12 @@ class LocalWorkers:
 
 
 def start_local_group(
-    size: int, timeout_s: float = 10.0, device: str = "cpu", host: str = "127.0.0.1"
+    size: int, port: int, timeout_s: float = 10.0, device: str = "cpu", host: str = "127.0.0.1"
 ) -> tuple[GroupSpec, LocalWorkers, int]:
-    """Rank 0's spec, the started workers and the threads each rank should use."""
+    """Rank 0's spec, the started workers and the threads each rank should use; `port` is where
+    rank 0's store listens already."""
     threads = threads_per_rank(size)
-    port = free_port(host)
-    spec = GroupSpec(size, 0, host, port, timeout_s=timeout_s, join_timeout_s=120.0, device=device)
+    spec = GroupSpec(size, 0, host, port, timeout_s=timeout_s, join_timeout_s=JOIN_TIMEOUT_S, device=device)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     procs = []
     for rank in range(1, size):
@@ -74,7 +70,7 @@ def start_local_group(
             "--group-timeout",
             str(timeout_s),
             "--join-timeout",
-            "120",
+            str(JOIN_TIMEOUT_S),
             "--threads",
             str(threads),
             "--device",
@@ -106,9 +102,11 @@ def local_group(servable, size: int, device: str = "cpu"):
         check_group_size(servable.model, size)
     except ValueError as exc:
         raise UserError(f"{servable.name}: {exc}") from None
+    from tenor.dist.group import leader_store
     from tenor.dist.leader import GroupLeader
 
-    spec, workers, threads = start_local_group(size, device=device)
+    store = leader_store(LOCAL_HOST, JOIN_TIMEOUT_S)
+    spec, workers, threads = start_local_group(size, store.port, device=device, host=LOCAL_HOST)
     # The engine thread keeps this rank's share of the cores too, while the group lives; after,
     # the process gets back what it had (a test run or an embedding caller goes on with it).
     saved_env, saved_threads = os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
@@ -116,7 +114,7 @@ def local_group(servable, size: int, device: str = "cpu"):
     torch.set_num_threads(threads)
     leader = None
     try:
-        leader = GroupLeader(spec)
+        leader = GroupLeader(spec, store)
         yield LocalGroup(leader, workers)
     finally:
         if leader is not None:
