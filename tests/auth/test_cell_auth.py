@@ -22,7 +22,7 @@ from tenor.engine.mock_engine import MockEngine
 from tenor.proto import admin_pb2, admin_pb2_grpc, common_pb2, lm_pb2, lm_pb2_grpc, modelet_pb2, modelet_pb2_grpc
 from tenor.server.model_server import ModelServer, ModelServerConfig
 from tenor.server.modelet_service import ModelTable
-from tests.fakes.cell import REPO_ROOT, AdminProcess
+from tests.fakes.cell import REPO_ROOT, AdminProcess, child_env
 from tests.fakes.tls import make_tls
 from tests.fakes.token import bearer, cell_token
 
@@ -100,8 +100,7 @@ def test_read_only_verbs_open_only_with_the_flag(tmp_path) -> None:
 
 
 def _tenor(root: str, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k != "TENOR_TOKEN"}
-    base["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    base = {k: v for k, v in child_env().items() if k != "TENOR_TOKEN"}
     return subprocess.run(
         [sys.executable, "-m", "tenor.cli.main", *argv],
         capture_output=True,

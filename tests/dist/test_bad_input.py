@@ -6,8 +6,7 @@ import subprocess
 import sys
 import time
 
-from tests.fakes.cell import REPO_ROOT, free_port
-from tests.integration.cell_processes import child_env
+from tests.fakes.cell import REPO_ROOT, child_env, free_port
 
 
 def tenor(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:

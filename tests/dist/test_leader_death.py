@@ -6,8 +6,7 @@ import subprocess
 import sys
 import time
 
-from tests.fakes.cell import REPO_ROOT, free_port, wait_until
-from tests.integration.cell_processes import child_env
+from tests.fakes.cell import REPO_ROOT, child_env, free_port, wait_until
 
 
 def test_worker_exits_when_the_leader_is_killed(tmp_path):

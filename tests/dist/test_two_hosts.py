@@ -13,8 +13,7 @@ import pytest
 
 from tenor import registry
 from tests.dist.group_runs import TWO_HOST_PROMPTS, greedy_tokens
-from tests.fakes.cell import REPO_ROOT
-from tests.integration.cell_processes import child_env
+from tests.fakes.cell import REPO_ROOT, child_env
 
 LEADER_IP, WORKER_IP, PORT = "10.231.7.1", "10.231.7.2", 29517
 

@@ -48,6 +48,11 @@ def free_port() -> int:
     raise RuntimeError(f"no free loopback port in {_PORTS.start}-{_PORTS.stop - 1}")
 
 
+def child_env() -> dict[str, str]:
+    """This process's environment, with the repository importable (children run `python -m tenor...`)."""
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
 def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
     """Polls `predicate` until it returns something truthy; fails the test with `what` otherwise."""
     deadline = time.monotonic() + timeout_s
@@ -74,7 +79,7 @@ class ServedProcess:
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
         self.args = args
-        self.env = env if env is not None else {**os.environ, "PYTHONPATH": _with_repo(os.environ)}
+        self.env = env if env is not None else child_env()
         self._log = tempfile.NamedTemporaryFile(prefix=f"tenor-{self.kind}-", suffix=".log", delete=False)
         self.proc: subprocess.Popen[bytes] | None = None
         self._banner: re.Match[str] | None = None
@@ -145,10 +150,6 @@ class ServedProcess:
         self.kill()
         self._log.close()
         os.unlink(self._log.name)
-
-
-def _with_repo(env: dict[str, str] | os._Environ[str]) -> str:
-    return str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
 
 
 class AdminProcess(ServedProcess):

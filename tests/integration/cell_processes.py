@@ -6,7 +6,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import os
 import re
 import shutil
 import subprocess
@@ -25,7 +24,7 @@ from tenor.auth.tls import TlsFiles
 from tenor.client import ClientOptions, Model
 from tenor.client.admin_client import AdminClient
 from tenor.proto import common_pb2, modelet_pb2, modelet_pb2_grpc
-from tests.fakes.cell import REPO_ROOT, AdminProcess, ServedProcess, wait_until
+from tests.fakes.cell import REPO_ROOT, AdminProcess, ServedProcess, child_env, wait_until
 from tests.fakes.tls import make_tls, tls_flags
 from tests.fakes.token import bearer
 
@@ -44,10 +43,6 @@ def cell_tls() -> TlsFiles:
 
 def cell_credentials() -> CellCredentials:
     return CellCredentials(tls=cell_tls())
-
-
-def child_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 class ModelServerProcess(ServedProcess):
@@ -76,7 +71,7 @@ class ModelServerProcess(ServedProcess):
             "2",
             *tls_flags(cell_tls()),
         ]
-        super().__init__(args, env=child_env())
+        super().__init__(args)
 
     def states(self) -> dict[str, modelet_pb2.ModelState]:
         """What the server itself says it holds, straight from its Modelet service."""

@@ -17,14 +17,13 @@ import time
 
 import pytest
 
-from tests.fakes.cell import REPO_ROOT, AdminProcess, free_port, wait_until
+from tests.fakes.cell import REPO_ROOT, AdminProcess, child_env, free_port, wait_until
 from tests.fakes.tls import tls_flags
 from tests.integration.cell_processes import (
     ModelServerProcess,
     Traffic,
     cell_credentials,
     cell_tls,
-    child_env,
     client_for,
     run_cli,
 )
