@@ -48,7 +48,7 @@ class LocalWorkers:
 
 
 def start_local_group(
-    size: int, port: int, timeout_s: float = 10.0, device: str = "cpu", host: str = "127.0.0.1"
+    size: int, port: int, timeout_s: float = 10.0, device: str = "cpu", host: str = LOCAL_HOST
 ) -> tuple[GroupSpec, LocalWorkers, int]:
     """Rank 0's spec, the started workers and the threads each rank should use; `port` is where
     rank 0's store listens already."""
