@@ -22,7 +22,8 @@ from tenor.admin.store import open_store
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-# Ports for the servers tests start, below Linux's default range of ephemeral ports (32768-60999).
+# Ports that tests choose before starting what listens on them (free_port), below Linux's default
+# range of ephemeral ports (32768-60999).
 # A port the kernel hands out for binding port 0 comes from that range, as does the local port of
 # every outgoing connection, so between a test choosing such a port and its server binding it, a
 # client's connection could take it (the server then exits with "in use"). Handed out in turn from
@@ -77,15 +78,16 @@ class ServedProcess:
     # group 1: the gRPC address; group 2: the HTTP address, where the process has one.
     banner: re.Pattern[str]
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str]) -> None:
         self.args = args
-        self.env = env if env is not None else child_env()
         self._log = tempfile.NamedTemporaryFile(prefix=f"tenor-{self.kind}-", suffix=".log", delete=False)
         self.proc: subprocess.Popen[bytes] | None = None
         self._banner: re.Match[str] | None = None
 
     def start(self) -> Self:
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=self.env)
+        self.proc = subprocess.Popen(
+            self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=child_env()
+        )
         return self
 
     def output(self) -> str:
@@ -103,13 +105,15 @@ class ServedProcess:
         found = self._banner_line()
         return found.group(1) if found else None
 
-    def _wait_banner(self, timeout_s: float = 60.0) -> re.Match[str]:
+    def _wait(self, predicate, timeout_s: float, what: str):
+        """wait_until, failing at once if the process dies, and with its log either way."""
         try:
-            return wait_until(
-                lambda: self._banner_line() or self._check_alive(), timeout_s, f"the {self.kind} to serve"
-            )
+            return wait_until(lambda: predicate() or self._check_alive(), timeout_s, what)
         except AssertionError as exc:  # what the process said is what tells why
             raise AssertionError(f"{exc}; its log:\n{self.output()}") from None
+
+    def _wait_banner(self, timeout_s: float = 60.0) -> re.Match[str]:
+        return self._wait(self._banner_line, timeout_s, f"the {self.kind} to serve")
 
     @property
     def address(self) -> str:
@@ -217,11 +221,8 @@ class AdminProcess(ServedProcess):
         return location is not None and location.address == address and "leading" in self.output()
 
     def wait_leader(self, timeout_s: float = 15.0) -> "AdminProcess":
-        self._check_alive()
-        try:
-            wait_until(lambda: self._check_alive() or self.is_leader(), timeout_s, "the admin to lead")
-        except AssertionError as exc:  # what the admin said is what tells why
-            raise AssertionError(f"{exc}; its log:\n{self.output()}") from None
+        # alive first: a killed leader's location record outlives it
+        self._wait(lambda: self._check_alive() or self.is_leader(), timeout_s, "the admin to lead")
         return self
 
     def wait_serving(self, timeout_s: float = 15.0) -> "AdminProcess":
