@@ -328,7 +328,7 @@ static inline __attribute__((always_inline)) void attend_tile(
                                    block_size, h * slots, scale);                                             \
         } else if (DECODE_ROWS && BITS != 32 && T == 1 && E == 64 && G <= DECODE_MAX_G) {                     \
             attend_decode_rows(qb, k, v, ks, vs, BITS, blocks, lengths[b], ob, scores, G, block_size, h * slots,  \
-                               max_len, scale);                                                               \
+                               max_len, scale, &next);                                                        \
         } else if (E == 64)                                                                                   \
             attend_tile(qb, k, v, ks, vs, BITS, blocks, T, lengths[b], H * E, ob, scores, G, 64, block_size,  \
                         h * slots, max_len, scale);                                                           \
@@ -377,12 +377,24 @@ void tenor_paged_attention(const float *q, const void *k, const void *v, const f
     firsts[tiles] = B;
     /* Items dealt out one at a time to whichever thread is free: a prompt's rows grow longer row
      * by row (contiguous halves gave one thread three times the other's work), sequences' contexts
-     * differ, and on two cores the server's other threads take turns on one of them. */
+     * differ, and on two cores the server's other threads take turns on one of them. Each thread
+     * claims its next item as it starts one, so that it can fetch the next one's first blocks
+     * (next_item); the last items then wait at most one item for a thread. */
+    const int64_t items = tiles * K;
+    int64_t claimed = 0;
 #pragma omp parallel num_threads(threads)
     {
         const unsigned mxcsr = denormals_off();
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < tiles * K; item++) {
+        int64_t item = __atomic_fetch_add(&claimed, 1, __ATOMIC_RELAXED);
+        while (item < items) {
+            const int64_t following = __atomic_fetch_add(&claimed, 1, __ATOMIC_RELAXED);
+            next_item next = {NULL, NULL, NULL, NULL, NULL, 0, 0, block_size};
+            if (following < items) {
+                const int64_t nb = firsts[following / K], at = following % K * slots;
+                next = (next_item){(const char *)k, (const char *)v, bits == 8 ? ks : NULL, bits == 8 ? vs : NULL,
+                                   table + nb * N, lengths[nb], at, block_size};
+            }
+            (void)next; /* read by decode rows only, which builds without AVX2 do not have */
             const int64_t b = firsts[item / K], T = firsts[item / K + 1] - b, h = item % K;
             float *scores = scratch + (int64_t)omp_get_thread_num() * slice;
             const float *qb = q + (b * H + h * G) * E;
@@ -394,6 +406,7 @@ void tenor_paged_attention(const float *q, const void *k, const void *v, const f
                 ATTEND_FOR_DIM(16);
             else
                 ATTEND_FOR_DIM(8);
+            item = following;
         }
         denormals_restore(mxcsr);
     }
