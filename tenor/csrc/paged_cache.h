@@ -61,10 +61,10 @@ static inline __attribute__((always_inline)) void fetch_row(const block_ahead *a
     if (a->scales && i == 0) __builtin_prefetch(a->scales);
 }
 
-/* The item (a row's sequence and kv head) a thread takes after the one at work, claimed before
- * that one starts (tenor_paged_attention), so that decode attention's V pass, which reads only
- * what the K pass fetched into L2, can ask for the next item's first blocks: without this every
- * item began with a stall on memory. */
+/* The item (a row's sequence and kv head) a thread takes after the one at work, claimed as that
+ * one starts (tenor_paged_attention), so that decode attention's V pass, which reads only what the
+ * K pass fetched into L2, can ask for the next item's first blocks: without this every item began
+ * with a stall on memory. */
 typedef struct {
     const char *k, *v; /* NULL: no next item */
     const float *ks, *vs; /* int8 rows' scales, else NULL */
