@@ -49,24 +49,18 @@ class Workload:
     unit: str
 
 
-def _in_huge_pages(values: torch.Tensor) -> torch.Tensor:
-    """`values` copied into transparent huge pages, as the engine's cache is (tenor/hugepages.py):
-    in 4 KB pages nearly every 2 KB block costs a TLB miss, which the served cache does not pay."""
-    placed = hugepages.zeros(tuple(values.shape), values.dtype)
-    placed.copy_(values)
-    return placed
-
-
 def _caches(slots: int, kv: str) -> list[tuple[torch.Tensor, ...]]:
+    """Each layer's cache copied into huge pages (hugepages.keep), as the engine's cache is: in 4 KB
+    pages nearly every 2 KB block costs a TLB miss, which the served cache does not pay."""
     made: list[tuple[torch.Tensor, ...]] = []
     for _ in range(LAYERS):
         if kv == "int8":
             k, v = (torch.randint(-127, 128, (KV_HEADS, slots, DIM), dtype=torch.int8) for _ in "kv")
             scales = (torch.rand(KV_HEADS, slots, 1) * 0.02 for _ in "kv")
-            made.append(tuple(_in_huge_pages(t) for t in (k, v, *scales)))
+            made.append(tuple(hugepages.keep(t) for t in (k, v, *scales)))
         else:
             dtype = torch.bfloat16 if kv == "bf16" else torch.float32
-            made.append(tuple(_in_huge_pages(torch.randn(KV_HEADS, slots, DIM).to(dtype)) for _ in "kv"))
+            made.append(tuple(hugepages.keep(torch.randn(KV_HEADS, slots, DIM).to(dtype)) for _ in "kv"))
     return made
 
 

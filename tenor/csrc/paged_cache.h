@@ -49,15 +49,20 @@ __attribute__((constructor)) static void choose_fetch_level(void) {
 }
 #endif
 
+/* The lines of `bytes` bytes from `from` on, into the level chosen above. */
+static inline __attribute__((always_inline)) void fetch_lines(const char *from, int64_t bytes) {
+    for (int64_t off = 0; off < bytes; off += 64) {
+        if (fetch_into_l2)
+            __builtin_prefetch(from + off, 0, 2);
+        else
+            __builtin_prefetch(from + off);
+    }
+}
+
 /* Row i of the block ahead; `row_bytes` is a constant where E and bits are. */
 static inline __attribute__((always_inline)) void fetch_row(const block_ahead *a, int64_t i, const int64_t row_bytes) {
     if (!a->rows) return;
-    for (int64_t off = 0; off < row_bytes; off += 64) {
-        if (fetch_into_l2)
-            __builtin_prefetch(a->rows + i * row_bytes + off, 0, 2);
-        else
-            __builtin_prefetch(a->rows + i * row_bytes + off);
-    }
+    fetch_lines(a->rows + i * row_bytes, row_bytes);
     if (a->scales && i == 0) __builtin_prefetch(a->scales);
 }
 
@@ -81,13 +86,7 @@ static inline __attribute__((always_inline)) void fetch_next_block(const next_it
     if (!n->k || nb >= NEXT_BLOCKS || first >= n->len) return;
     const int64_t rows = n->len - first < n->block_size ? n->len - first : n->block_size;
     const int64_t at = n->head_base + n->blocks[nb] * n->block_size;
-    const char *from = (i % 2 ? n->v : n->k) + at * row_bytes;
-    for (int64_t off = 0; off < rows * row_bytes; off += 64) {
-        if (fetch_into_l2)
-            __builtin_prefetch(from + off, 0, 2);
-        else
-            __builtin_prefetch(from + off);
-    }
+    fetch_lines((i % 2 ? n->v : n->k) + at * row_bytes, rows * row_bytes);
     const float *scales = i % 2 ? n->vs : n->ks;
     if (scales) __builtin_prefetch(scales + at);
 }
